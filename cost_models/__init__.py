@@ -1,0 +1,34 @@
+"""Analytic performance and memory models for sharded embedding tables (numpy only)."""
+
+from cost_models.access import AccessModel, CurveAccess, UniformAccess, ZipfAccess
+from cost_models.cost import CostBreakdown, piece_cost, traffic_cost
+from cost_models.geometry import ModelGeom, TableGeom, cache_rows
+from cost_models.hardware import CostConstants, HardwareProfile
+from cost_models.memory import MemoryFootprint, piece_memory
+from cost_models.traffic import PieceTraffic, hit_rate, piece_traffic
+from cost_models.types import CommPrecision, DataType, Optimizer, ShardingType, Tier
+
+__all__ = [
+    "AccessModel",
+    "CommPrecision",
+    "CostBreakdown",
+    "CostConstants",
+    "CurveAccess",
+    "DataType",
+    "HardwareProfile",
+    "MemoryFootprint",
+    "ModelGeom",
+    "Optimizer",
+    "PieceTraffic",
+    "ShardingType",
+    "TableGeom",
+    "Tier",
+    "UniformAccess",
+    "ZipfAccess",
+    "cache_rows",
+    "hit_rate",
+    "piece_cost",
+    "piece_memory",
+    "piece_traffic",
+    "traffic_cost",
+]

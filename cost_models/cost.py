@@ -1,0 +1,73 @@
+"""Seconds per training step for one piece: its bytes (traffic.py) over effective bandwidths."""
+
+from dataclasses import dataclass, fields
+
+from cost_models.geometry import ModelGeom, TableGeom
+from cost_models.hardware import HardwareProfile
+from cost_models.traffic import PieceTraffic, piece_traffic
+from cost_models.types import ShardingType, Tier
+
+
+@dataclass(frozen=True)
+class CostBreakdown:
+    """Seconds per step, by term. Adds with `+`; compute and communication sum separately so a
+    pipelined step can take their max."""
+
+    lookup: float = 0.0  # forward reads served from HBM, plus the per-piece overhead
+    backward: float = 0.0  # backward and fused optimizer update served from HBM
+    cache_miss: float = 0.0  # everything served from host DDR (PCIe) and SSD, fwd and bwd
+    input_a2a: float = 0.0  # ids received
+    output_a2a: float = 0.0  # pooled vectors / partial sums sent, and their gradients
+    allreduce: float = 0.0  # data-parallel gradient all-reduce
+
+    def __add__(self, other: "CostBreakdown") -> "CostBreakdown":
+        return CostBreakdown(
+            *(getattr(self, f.name) + getattr(other, f.name) for f in fields(self))
+        )
+
+    @property
+    def compute(self) -> float:
+        return self.lookup + self.backward + self.cache_miss
+
+    @property
+    def comm(self) -> float:
+        return self.input_a2a + self.output_a2a + self.allreduce
+
+    def total(self, pipelined: bool) -> float:
+        """A GPU's step time: compute + communication, or their max when pipelined."""
+        if pipelined:
+            return max(self.compute, self.comm)
+        return self.compute + self.comm
+
+
+def traffic_cost(t: PieceTraffic, hw: HardwareProfile) -> CostBreakdown:
+    """Divide each byte count by the effective bandwidth of the link or memory it uses.
+
+    The data-parallel all-reduce is a flat ring, so it runs at the slowest link of the ring:
+    the NIC once there is more than one host, NVLink inside one host.
+    """
+    ring_bw = hw.eff_nic_bw if hw.hosts > 1 else hw.eff_nvlink_bw
+    return CostBreakdown(
+        lookup=t.hbm_fwd / hw.eff_hbm_bw + hw.constants.piece_overhead_s,
+        backward=t.hbm_bwd / hw.eff_hbm_bw,
+        cache_miss=t.host / hw.eff_host_read_bw + t.ssd / hw.eff_ssd_bw,
+        input_a2a=t.ids_intra / hw.eff_nvlink_bw + t.ids_inter / hw.eff_nic_bw,
+        output_a2a=(t.out_fwd_intra + t.out_bwd_intra) / hw.eff_nvlink_bw
+        + (t.out_fwd_inter + t.out_bwd_inter) / hw.eff_nic_bw,
+        allreduce=t.allreduce / ring_bw,
+    )
+
+
+def piece_cost(
+    table: TableGeom,
+    kind: ShardingType,
+    tier: Tier,
+    cache_ratio: float,
+    piece_rows: int,
+    piece_cols: int,
+    hw: HardwareProfile,
+    model: ModelGeom,
+) -> CostBreakdown:
+    """Seconds per step one piece adds to its GPU."""
+    traffic = piece_traffic(table, kind, tier, cache_ratio, piece_rows, piece_cols, hw, model)
+    return traffic_cost(traffic, hw)

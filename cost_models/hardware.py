@@ -1,0 +1,110 @@
+"""The hardware profile the cost model reads: capacities, bandwidths and named constants.
+
+Bandwidths are in bytes per second here (the input format takes GB/s = 1e9 bytes/s). Every
+efficiency factor and overhead is a named field of `CostConstants`, so calibration from the
+executor's measurements can re-fit it without touching the formulas.
+"""
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class CostConstants:
+    """Named constants of the analytic model, with where each default comes from.
+
+    hbm_efficiency: share of peak HBM bandwidth a fused embedding-bag kernel reaches on random
+        row gathers. FBGEMM TBE benchmarks reach roughly half to two thirds of peak on A100/H100
+        for rows of 64-256 fp32 elements; 0.55 is the assumed start, to be re-fitted.
+    pcie_efficiency: share of PCIe bandwidth UVM / zero-copy row reads reach. PCIe gen4/gen5
+        x16 deliver about 80% of the raw rate to DMA after protocol overhead.
+    ddr_efficiency: share of host DDR bandwidth random row reads reach (about 60%, as for
+        random 256-512 B accesses on multi-channel DDR4/DDR5).
+    ssd_efficiency: share of the SSD's sequential read bandwidth reached by random page reads
+        with deep queues (NVMe at QD>=64 gets close to its rated random-read IOPS x 4 KiB).
+    nvlink_efficiency, nic_efficiency: share of link bandwidth an all-to-all achieves (NCCL
+        all-to-all bus bandwidth reaches ~70% of NVLink and ~80% of RoCE/IB line rate).
+    ssd_read_granularity_bytes: an SSD read fetches at least one 4 KiB page, so a missed row
+        smaller than a page costs a whole page.
+    id_bytes: bytes per sparse id sent in the input all-to-all (int64, TorchRec's default).
+    cache_metadata_bytes_per_row: per cache slot, FBGEMM's LXU cache keeps the cached row's
+        index (int64) and its LRU/LFU stamp (int64): 16 bytes.
+    piece_overhead_s: fixed per-piece cost per step (kernel bookkeeping, forward and backward),
+        a few microseconds in FBGEMM's fused kernels.
+    """
+
+    hbm_efficiency: float = 0.55
+    pcie_efficiency: float = 0.8
+    ddr_efficiency: float = 0.6
+    ssd_efficiency: float = 0.9
+    nvlink_efficiency: float = 0.7
+    nic_efficiency: float = 0.8
+    ssd_read_granularity_bytes: int = 4096
+    id_bytes: int = 8
+    cache_metadata_bytes_per_row: int = 16
+    piece_overhead_s: float = 5e-6
+
+
+@dataclass(frozen=True)
+class HardwareProfile:
+    """A cluster of identical hosts, each with `gpus_per_host` identical GPUs."""
+
+    hosts: int
+    gpus_per_host: int
+    hbm_bytes: int
+    hbm_reserved_bytes: int
+    hbm_bw: float
+    ddr_bytes: int
+    ddr_reserved_bytes: int
+    ddr_bw: float
+    ssd_bytes: int
+    ssd_bw: float
+    nvlink_bw: float
+    nic_bw: float
+    pcie_bw: float
+    constants: CostConstants = field(default_factory=CostConstants)
+
+    @property
+    def world_size(self) -> int:
+        return self.hosts * self.gpus_per_host
+
+    @property
+    def hbm_cap(self) -> int:
+        """HBM left for embeddings per GPU, after the dense model's reservation."""
+        return self.hbm_bytes - self.hbm_reserved_bytes
+
+    @property
+    def ddr_cap(self) -> int:
+        """DDR left for embeddings per host."""
+        return self.ddr_bytes - self.ddr_reserved_bytes
+
+    @property
+    def ssd_cap(self) -> int:
+        return self.ssd_bytes
+
+    def host_of(self, rank: int) -> int:
+        return rank // self.gpus_per_host
+
+    # Effective bandwidths, bytes per second, as one GPU sees them.
+    @property
+    def eff_hbm_bw(self) -> float:
+        return self.hbm_bw * self.constants.hbm_efficiency
+
+    @property
+    def eff_host_read_bw(self) -> float:
+        """A GPU reading host DDR: limited by its PCIe link and by its share of DDR."""
+        c = self.constants
+        return min(self.pcie_bw * c.pcie_efficiency,
+                   self.ddr_bw * c.ddr_efficiency / self.gpus_per_host)
+
+    @property
+    def eff_ssd_bw(self) -> float:
+        """A GPU's share of the host's SSD read bandwidth."""
+        return self.ssd_bw * self.constants.ssd_efficiency / self.gpus_per_host
+
+    @property
+    def eff_nvlink_bw(self) -> float:
+        return self.nvlink_bw * self.constants.nvlink_efficiency
+
+    @property
+    def eff_nic_bw(self) -> float:
+        return self.nic_bw * self.constants.nic_efficiency

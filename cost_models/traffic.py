@@ -1,0 +1,144 @@
+"""Bytes a piece moves per training step, by where they move.
+
+Notation (DESIGN.md, "Cost model"): b the per-GPU batch, W the GPUs, G GPUs per host,
+B = b*W, p the pooling factor, d the piece's columns, r its share of the table's ids.
+A sharded piece serves all B samples; a data-parallel replica serves its own b.
+
+Every byte count here is what the executor must measure on the wire or in memory, so these
+functions are the single definition of the model's byte counts; `cost.py` only divides.
+"""
+
+from dataclasses import dataclass
+
+from cost_models.geometry import ModelGeom, TableGeom, cache_rows
+from cost_models.hardware import HardwareProfile
+from cost_models.sizes import comm_row_bytes, optimizer_state_row_bytes, weight_row_bytes
+from cost_models.types import ShardingType, Tier
+
+# Row-split types that reduce partial sums inside a host before crossing hosts.
+_HOST_REDUCED = (ShardingType.TABLE_ROW_WISE, ShardingType.GRID)
+
+
+@dataclass(frozen=True)
+class PieceTraffic:
+    """Bytes per step for one piece on its GPU. intra = over NVLink, inter = over the NIC."""
+
+    lookups: float  # rows read per step (forward)
+    hbm_fwd: float  # forward bytes served from HBM (rows and the ids read)
+    hbm_bwd: float  # backward + fused-optimizer bytes served from HBM
+    host: float  # bytes read/written in host DDR over PCIe (cache misses, ddr and ssd tiers)
+    ssd: float  # bytes read/written on the SSD (page-granular)
+    ids_intra: float  # input all-to-all: id bytes received from GPUs of the same host
+    ids_inter: float  # ... and from other hosts
+    out_fwd_intra: float  # output all-to-all, forward: pooled vectors / partial sums sent
+    out_fwd_inter: float
+    out_bwd_intra: float  # output all-to-all, backward: gradients of the pooled vectors
+    out_bwd_inter: float
+    allreduce: float  # data-parallel gradient all-reduce bytes sent per GPU (ring)
+
+
+def hit_rate(table: TableGeom, tier: Tier, cache_ratio: float) -> float:
+    """Fraction of lookups served by the fast level of the tier: HBM for hbm and hbm_cache,
+    the DDR cache for ssd, nothing for ddr. Curves are evaluated at the table's row count."""
+    if tier is Tier.HBM:
+        return 1.0
+    if tier is Tier.DDR:
+        return 0.0
+    cached = cache_rows(cache_ratio, table.rows)
+    return table.access.hit_rate(cached / table.rows, table.rows)
+
+
+def piece_traffic(
+    table: TableGeom,
+    kind: ShardingType,
+    tier: Tier,
+    cache_ratio: float,
+    piece_rows: int,
+    piece_cols: int,
+    hw: HardwareProfile,
+    model: ModelGeom,
+) -> PieceTraffic:
+    """Bytes one piece of `kind` with `piece_rows` x `piece_cols` moves per step."""
+    c = hw.constants
+    world, g = hw.world_size, hw.gpus_per_host
+    if kind is ShardingType.DATA_PARALLEL:
+        samples = float(model.batch_per_gpu)
+        id_share = 1.0
+    else:
+        samples = float(model.batch_per_gpu * world)
+        id_share = piece_rows / table.rows
+    lookups = samples * table.pooling * id_share
+    w_row = weight_row_bytes(table.data_type, piece_cols)
+    s_row = optimizer_state_row_bytes(table.optimizer, piece_cols)
+    fwd = lookups * w_row
+    # Fused backward: read and write the weight row and its optimizer state per lookup.
+    bwd = lookups * 2 * (w_row + s_row)
+    ids_read = lookups * c.id_bytes
+
+    h = hit_rate(table, tier, cache_ratio)
+    if tier in (Tier.HBM, Tier.HBM_CACHE):
+        hbm_fwd, hbm_bwd = h * fwd + ids_read, h * bwd
+        host = (1.0 - h) * (fwd + bwd)
+        ssd = 0.0
+    else:
+        hbm_fwd, hbm_bwd = ids_read, 0.0
+        host = fwd + bwd
+        # ssd: DDR-cache misses read the row from SSD and write it back, a page at least.
+        page = max(w_row + s_row, c.ssd_read_granularity_bytes)
+        ssd = (1.0 - h) * lookups * 2 * page if tier is Tier.SSD else 0.0
+
+    allreduce = 0.0
+    if kind is ShardingType.DATA_PARALLEL:
+        ids_intra = ids_inter = 0.0
+        out = (0.0, 0.0, 0.0, 0.0)
+        # Dense optimizer step over the whole replica after the all-reduce.
+        hbm_bwd += table.rows * 2 * (w_row + s_row)
+        grad_bytes = table.rows * comm_row_bytes(model.bwd_precision, piece_cols)
+        allreduce = 2.0 * (world - 1) / world * grad_bytes
+    else:
+        ids = lookups * c.id_bytes
+        ids_intra = ids * (g - 1) / world
+        ids_inter = ids * (world - g) / world
+        out = _output_bytes(kind, samples, piece_cols, g, world, model)
+
+    return PieceTraffic(
+        lookups=lookups,
+        hbm_fwd=hbm_fwd,
+        hbm_bwd=hbm_bwd,
+        host=host,
+        ssd=ssd,
+        ids_intra=ids_intra,
+        ids_inter=ids_inter,
+        out_fwd_intra=out[0],
+        out_fwd_inter=out[1],
+        out_bwd_intra=out[2],
+        out_bwd_inter=out[3],
+        allreduce=allreduce,
+    )
+
+
+def _output_bytes(
+    kind: ShardingType, samples: float, cols: int, g: int, world: int, model: ModelGeom
+) -> tuple[float, float, float, float]:
+    """(fwd intra, fwd inter, bwd intra, bwd inter) bytes of the output all-to-all.
+
+    Table-, column-wise and row-wise pieces send one vector (a pooled vector, or a partial sum
+    for row-wise: reduce-scatter volume) per sample to the sample's owner: (G-1)/W of them on
+    the same host, (W-G)/W on other hosts. Table-row-wise and grid pieces reduce-scatter inside
+    the host first ((G-1)/G of the vectors over NVLink), then each GPU sends the reduced B/G
+    vectors it holds to their owners on the other hosts ((W-G)/W of those cross hosts).
+    """
+    fwd_row = comm_row_bytes(model.fwd_precision, cols)
+    bwd_row = comm_row_bytes(model.bwd_precision, cols)
+    if kind in _HOST_REDUCED:
+        intra_share = (g - 1) / g
+        inter_share = (world - g) / (world * g)
+    else:
+        intra_share = (g - 1) / world
+        inter_share = (world - g) / world
+    return (
+        samples * fwd_row * intra_share,
+        samples * fwd_row * inter_share,
+        samples * bwd_row * intra_share,
+        samples * bwd_row * inter_share,
+    )

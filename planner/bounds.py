@@ -1,0 +1,143 @@
+"""Lower bounds on the slowest GPU's step time that hold for every plan in the candidate space.
+
+Every plan picks one candidate per table, and its slowest GPU carries at least
+  (a) the average load: (sum of the chosen candidates' work) / W, and
+  (b) the largest single piece of any chosen candidate.
+So  LB = max( sum_t min_c work[t,c] / W ,  max_t min_c max_piece[t,c] ).
+The first term tightens with memory: the chosen candidates together fit the cluster's total
+HBM, DDR and SSD, so for any prices lambda >= 0 (Lagrangian relaxation of those three caps)
+  sum_t work[t,c_t] >= sum_t min_c (work[t,c] + lambda . mem[t,c]) - lambda . cap,
+and every lambda gives a valid bound; we search lambda for the best one. When the step is
+pipelined (a GPU costs max(compute, comm)), the average bound is taken on compute, on
+communication and on half their sum, each a valid floor of the max.
+Both combine into one bound that is much tighter when there are few tables per GPU: if the
+best plan's slowest GPU is M, every chosen candidate has its largest piece <= M, so
+  S(M) = sum_t min{ work[t,c] + lambda . mem[t,c] : max_piece[t,c] <= M } - lambda . cap <= W*M.
+S is a non-increasing step function of M, so the smallest M that satisfies this is found by
+bisection over the candidates' max_piece values; it is a valid lower bound.
+None of this reads the plan the partitioner chose.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from planner.candidates import Candidate
+from planner.problem import Problem
+
+
+@dataclass(frozen=True)
+class LowerBound:
+    value_s: float
+    average_s: float  # (a), memory-priced when that is tighter
+    largest_piece_s: float  # (b)
+    balanced_s: float  # the combined bound: smallest M with S(M) <= W*M
+    memory_priced: bool
+    prices: tuple[float, float, float]  # lambda for HBM, DDR, SSD, seconds per byte
+
+
+def _matrix(cands: list[list[Candidate]], attr: str) -> np.ndarray:
+    width = max(len(c) for c in cands)
+    out = np.full((len(cands), width), np.inf)
+    for i, cs in enumerate(cands):
+        out[i, : len(cs)] = [getattr(c, attr) for c in cs]
+    return out
+
+
+def _memory(cands: list[list[Candidate]]) -> np.ndarray:
+    width = max(len(c) for c in cands)
+    out = np.zeros((len(cands), width, 3))
+    for i, cs in enumerate(cands):
+        out[i, : len(cs)] = [(c.hbm_total, c.ddr_total, c.ssd_total) for c in cs]
+    return out
+
+
+def _dual(work: np.ndarray, mem: np.ndarray, caps: np.ndarray, lam: np.ndarray) -> float:
+    priced = work + mem @ lam
+    return float(priced.min(axis=1).sum() - caps @ lam)
+
+
+def lagrangian_bound(
+    work: np.ndarray, mem: np.ndarray, caps: np.ndarray, rounds: int = 3
+) -> tuple[float, np.ndarray]:
+    """max over lambda >= 0 of the Lagrangian dual, by coordinate search on a log grid.
+
+    Any lambda the search visits gives a valid bound, so stopping early only loosens it.
+    """
+    lam = np.zeros(3)
+    best = _dual(work, mem, caps, lam)
+    base_work = float(work.min(axis=1).sum())
+    for _ in range(rounds):
+        improved = False
+        for k in range(3):
+            if caps[k] <= 0 or not np.isfinite(caps[k]):
+                continue
+            scale = base_work / caps[k]
+            center = lam[k] if lam[k] > 0 else scale
+            for factor in np.geomspace(1e-3, 1e3, 37):
+                trial = lam.copy()
+                trial[k] = center * factor
+                value = _dual(work, mem, caps, trial)
+                if value > best * (1 + 1e-12):
+                    best, lam, improved = value, trial, True
+        if not improved:
+            break
+    return best, lam
+
+
+def balanced_bound(work: np.ndarray, maxp: np.ndarray, mem: np.ndarray, caps: np.ndarray,
+                   lam: np.ndarray, capacity_per_s: float) -> float:
+    """Smallest M such that S(M) <= capacity_per_s * M (see the module docstring)."""
+    priced = work + mem @ lam
+    offset = float(caps @ lam)
+    floor = float(maxp.min(axis=1).max())
+    points = np.unique(maxp[np.isfinite(maxp) & (maxp >= floor)])
+
+    def s_of(m: float) -> float:
+        return float(np.where(maxp <= m, priced, np.inf).min(axis=1).sum()) - offset
+
+    # Segment i is [points[i], points[i+1]); S is constant on it and falls from one to the next.
+    lo, hi = 0, len(points) - 1
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if s_of(float(points[mid + 1])) <= capacity_per_s * float(points[mid + 1]):
+            hi = mid
+        else:
+            lo = mid + 1
+    # Within segment lo the smallest M is max(its start, S / capacity), unless that passes
+    # the segment's end, where the condition was seen to hold.
+    m = max(float(points[lo]), s_of(float(points[lo])) / capacity_per_s)
+    if lo + 1 < len(points):
+        m = min(m, float(points[lo + 1]))
+    return m
+
+
+def lower_bound(problem: Problem, cands: list[list[Candidate]]) -> LowerBound:
+    hw = problem.hw
+    w = hw.world_size
+    largest = float(_matrix(cands, "max_piece").min(axis=1).max())
+    mem = _memory(cands)
+    caps = np.array([w * hw.hbm_cap, hw.hosts * hw.ddr_cap, hw.hosts * hw.ssd_cap], dtype=float)
+    if problem.model.pipelined:
+        parts = [("comp_work", 1.0), ("comm_work", 1.0), ("work", 2.0)]
+    else:
+        parts = [("work", 1.0)]
+    maxp = _matrix(cands, "max_piece")
+    plain, priced, balanced, prices = 0.0, 0.0, 0.0, np.zeros(3)
+    for attr, divisor in parts:
+        work = _matrix(cands, attr)
+        plain = max(plain, float(work.min(axis=1).sum()) / (w * divisor))
+        value, lam = lagrangian_bound(work, mem, caps)
+        if value / (w * divisor) > priced:
+            priced, prices = value / (w * divisor), lam
+        for trial in (np.zeros(3), lam):
+            balanced = max(balanced, balanced_bound(work, maxp, mem, caps, trial, w * divisor))
+    average = max(plain, priced)
+    return LowerBound(
+        value_s=max(average, largest, balanced),
+        average_s=average,
+        largest_piece_s=largest,
+        balanced_s=balanced,
+        memory_priced=priced > plain * (1 + 1e-9),
+        prices=(float(prices[0]), float(prices[1]), float(prices[2])),
+    )

@@ -1,0 +1,227 @@
+"""Local search after the greedy: move, swap and re-shard pieces off the slowest GPU.
+
+Each accepted step lowers the slowest GPU's load and leaves every GPU it touches below the
+old maximum, so (makespan, number of GPUs at the makespan) falls strictly and the search
+ends. The budget is a count of steps, not seconds, so the same input gives the same plan.
+
+Moves: a table-wise or column-wise piece from the slowest GPU to the GPU where it ends
+lowest. Swaps: such a piece for a cheaper one elsewhere. Re-shards: take a table with a piece
+on the slowest GPU out entirely and put it back with whichever of its candidates (another
+sharding, split or tier, or the same one on other GPUs or another host) leaves the touched
+GPUs lowest.
+"""
+
+import logging
+from dataclasses import dataclass
+
+import numpy as np
+
+from planner.candidates import Candidate, Scope
+from planner.partition.assignment import Assignment, TableChoice
+from planner.partition.greedy import allowed_mask
+from planner.partition.state import LoadState
+from planner.problem import Problem
+
+log = logging.getLogger("planner.local_search")
+
+# Tables tried for a re-shard per step, the most expensive on the slowest GPU first.
+_RESHARD_TABLES = 6
+_REL_EPS = 1e-9
+
+
+@dataclass
+class SearchStats:
+    moves: int = 0
+    swaps: int = 0
+    reshards: int = 0
+    steps: int = 0
+    exhausted: bool = False  # stopped by the step budget, not at a local optimum
+
+
+class _Pieces:
+    """Flat arrays over the movable (GPU-scope) pieces, for vectorized move and swap tests."""
+
+    def __init__(self, choices: list[TableChoice]) -> None:
+        refs: list[tuple[int, int]] = []
+        for t, ch in enumerate(choices):
+            if ch.cand.scope is Scope.GPU:
+                refs.extend((t, gi) for gi in range(len(ch.cand.groups)))
+        self.refs = refs
+        groups = [choices[t].cand.groups[gi] for t, gi in refs]
+        self.table = np.array([t for t, _ in refs], dtype=np.int64)
+        self.rank = np.array([int(choices[t].ranks[gi][0]) for t, gi in refs], dtype=np.int64)
+        self.comp = np.array([g.comp[0] for g in groups])
+        self.comm = np.array([g.comm[0] for g in groups])
+        self.hbm = np.array([g.hbm[0] for g in groups], dtype=np.int64)
+        self.ddr = np.array([g.ddr[0] for g in groups], dtype=np.int64)
+        self.ssd = np.array([g.ssd[0] for g in groups], dtype=np.int64)
+
+
+class LocalSearch:
+    def __init__(self, problem: Problem, cands: list[list[Candidate]],
+                 assignment: Assignment) -> None:
+        self.p = problem
+        self.cands = cands
+        self.choices = assignment.choices
+        self.assignment = assignment
+        self.state = LoadState(problem.hw, problem.model.pipelined)
+        for ch in self.choices:
+            for grp, ranks in zip(ch.cand.groups, ch.ranks, strict=True):
+                self.state.apply(grp, ranks)
+        self.masks = [allowed_mask(problem, t) for t in range(len(problem.tables))]
+        self.pieces = _Pieces(self.choices)
+        self.stats = SearchStats()
+
+    def run(self, max_steps: int) -> Assignment:
+        while self.stats.steps < max_steps:
+            load = self.state.load()
+            s = int(np.argmax(load))
+            ms = float(load[s])
+            limit = ms - _REL_EPS * max(ms, 1e-30)
+            if not (self._move(s, limit) or self._swap(s, limit) or self._reshard(s, load, limit)):
+                break
+            self.stats.steps += 1
+        else:
+            self.stats.exhausted = True
+        st = self.stats
+        log.info("local search: %d moves, %d swaps, %d re-shards%s", st.moves, st.swaps,
+                 st.reshards, " (step budget spent)" if st.exhausted else "")
+        status = "stopped at step limit" if st.exhausted else "local optimum"
+        notes = [*self.assignment.notes,
+                 f"local search: {st.moves} moves, {st.swaps} swaps, {st.reshards} re-shards"]
+        return Assignment(choices=self.choices, solver="greedy+local_search", status=status,
+                          notes=notes)
+
+    def _fits(self, idx: np.ndarray | int, dst: np.ndarray, remove_rank: np.ndarray | None = None,
+              add_idx: np.ndarray | None = None) -> np.ndarray:
+        """Memory check for pieces `idx` landing on ranks `dst` (optionally minus others)."""
+        hw, st, pc = self.p.hw, self.state, self.pieces
+        src_host = st.host_of[pc.rank[idx]]
+        dst_host = st.host_of[dst]
+        other = add_idx
+        hbm = st.hbm[dst] + pc.hbm[idx] - (pc.hbm[other] if other is not None else 0)
+        cross = dst_host != src_host
+        ddr_delta = pc.ddr[idx] - (pc.ddr[other] if other is not None else 0)
+        ssd_delta = pc.ssd[idx] - (pc.ssd[other] if other is not None else 0)
+        ok = hbm <= hw.hbm_cap
+        ok &= ~cross | (st.ddr[dst_host] + ddr_delta <= hw.ddr_cap)
+        ok &= ~cross | (st.ssd[dst_host] + ssd_delta <= hw.ssd_cap)
+        return ok
+
+    def _move(self, s: int, limit: float) -> bool:
+        st, pc = self.state, self.pieces
+        on_s = np.flatnonzero(pc.rank == s)
+        best: tuple[float, int, int] | None = None
+        for i in on_s:
+            new_s = float(st.combine(st.comp[s] - pc.comp[i], st.comm[s] - pc.comm[i]))
+            new = st.combine(st.comp + pc.comp[i], st.comm + pc.comm[i])
+            dst = np.arange(st.w)
+            ok = self._fits(int(i), dst) & (dst != s)
+            mask = self.masks[pc.table[i]]
+            if mask is not None:
+                ok &= mask
+            if not ok.any():
+                continue
+            g = int(np.argmin(np.where(ok, new, np.inf)))
+            val = max(new_s, float(new[g]))
+            if val < limit and (best is None or val < best[0]):
+                best = (val, int(i), g)
+        if best is None:
+            return False
+        _, i, g = best
+        self._relocate(i, g)
+        self.stats.moves += 1
+        return True
+
+    def _swap(self, s: int, limit: float) -> bool:
+        st, pc = self.state, self.pieces
+        on_s = np.flatnonzero(pc.rank == s)
+        others = np.flatnonzero(pc.rank != s)
+        if len(on_s) == 0 or len(others) == 0:
+            return False
+        rb = pc.rank[others]
+        best: tuple[float, int, int] | None = None
+        for a in on_s:
+            new_s = st.combine(st.comp[s] - pc.comp[a] + pc.comp[others],
+                               st.comm[s] - pc.comm[a] + pc.comm[others])
+            new_g = st.combine(st.comp[rb] - pc.comp[others] + pc.comp[a],
+                               st.comm[rb] - pc.comm[others] + pc.comm[a])
+            val = np.maximum(new_s, new_g)
+            ok = val < limit
+            if not ok.any():
+                continue
+            ok &= self._fits(np.full(len(others), a), rb, add_idx=others)
+            # b moves to s: check s's memory with a gone and b added.
+            ok &= self._fits(others, np.full(len(others), s), add_idx=np.full(len(others), a))
+            ma, mb = self.masks[pc.table[a]], None
+            if ma is not None:
+                ok &= ma[rb]
+            for j in np.flatnonzero(ok):
+                mb = self.masks[pc.table[others[j]]]
+                if mb is not None and not mb[s]:
+                    ok[j] = False
+            if not ok.any():
+                continue
+            j = int(np.argmin(np.where(ok, val, np.inf)))
+            if best is None or val[j] < best[0]:
+                best = (float(val[j]), int(a), int(others[j]))
+        if best is None:
+            return False
+        _, a, b = best
+        ra, rb_ = int(pc.rank[a]), int(pc.rank[b])
+        self._relocate(a, rb_)
+        self._relocate(b, ra)
+        self.stats.swaps += 1
+        return True
+
+    def _relocate(self, i: int, dst: int) -> None:
+        pc = self.pieces
+        t, gi = pc.refs[i]
+        ch = self.choices[t]
+        grp = ch.cand.groups[gi]
+        self.state.apply(grp, ch.ranks[gi], -1)
+        ch.ranks[gi] = np.array([dst])
+        self.state.apply(grp, ch.ranks[gi], +1)
+        pc.rank[i] = dst
+
+    def _reshard(self, s: int, load: np.ndarray, limit: float) -> bool:
+        st = self.state
+        on_s: list[tuple[float, int]] = []
+        for t, ch in enumerate(self.choices):
+            cost = 0.0
+            for grp, ranks in zip(ch.cand.groups, ch.ranks, strict=True):
+                hit = ranks == s
+                if hit.any():
+                    cost += float(st.combine(grp.comp[hit], grp.comm[hit]).sum())
+            if cost > 0:
+                on_s.append((-cost, t))
+        for _, t in sorted(on_s)[:_RESHARD_TABLES]:
+            ch = self.choices[t]
+            for grp, ranks in zip(ch.cand.groups, ch.ranks, strict=True):
+                st.apply(grp, ranks, -1)
+            best: tuple[float, LoadState, TableChoice] | None = None
+            for cand in self.cands[t]:
+                trial = st.copy()
+                ranks = trial.place(cand, self.masks[t])
+                if ranks is None:
+                    continue
+                new = trial.load()
+                changed = new != load
+                worst = float(new[changed].max()) if changed.any() else float(load.max())
+                if new[s] < limit and worst < limit and (best is None or worst < best[0]):
+                    best = (worst, trial, TableChoice(cand, ranks))
+            if best is None:
+                for grp, ranks in zip(ch.cand.groups, ch.ranks, strict=True):
+                    st.apply(grp, ranks, +1)
+                continue
+            self.state = best[1]
+            self.choices[t] = best[2]
+            self.pieces = _Pieces(self.choices)
+            self.stats.reshards += 1
+            return True
+        return False
+
+
+def local_search(problem: Problem, cands: list[list[Candidate]], assignment: Assignment,
+                 max_steps: int) -> Assignment:
+    return LocalSearch(problem, cands, assignment).run(max_steps)

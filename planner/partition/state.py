@@ -1,0 +1,141 @@
+"""Per-GPU loads and per-tier memory use while pieces are placed, and how one group lands."""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from cost_models import HardwareProfile
+from planner.candidates import Candidate, Group, Scope
+
+_INF = float("inf")
+
+
+@dataclass
+class Shortfall:
+    """Why a group did not fit: the cap, the bytes it needed and the most that was free."""
+
+    cap: str
+    need: int
+    free: int
+
+
+class LoadState:
+    """Seconds of compute and communication per GPU; bytes per GPU (HBM) and per host."""
+
+    def __init__(self, hw: HardwareProfile, pipelined: bool) -> None:
+        self.hw = hw
+        self.pipelined = pipelined
+        self.g = hw.gpus_per_host
+        self.w = hw.world_size
+        self.comp = np.zeros(self.w)
+        self.comm = np.zeros(self.w)
+        self.hbm = np.zeros(self.w, dtype=np.int64)
+        self.ddr = np.zeros(hw.hosts, dtype=np.int64)
+        self.ssd = np.zeros(hw.hosts, dtype=np.int64)
+        self.host_of = np.arange(self.w) // self.g
+
+    def copy(self) -> "LoadState":
+        new = LoadState.__new__(LoadState)
+        new.__dict__.update(self.__dict__)
+        for name in ("comp", "comm", "hbm", "ddr", "ssd"):
+            setattr(new, name, getattr(self, name).copy())
+        return new
+
+    def combine(self, comp: np.ndarray, comm: np.ndarray) -> np.ndarray:
+        return np.maximum(comp, comm) if self.pipelined else comp + comm
+
+    def load(self) -> np.ndarray:
+        return self.combine(self.comp, self.comm)
+
+    def apply(self, group: Group, ranks: np.ndarray, sign: int = 1) -> None:
+        np.add.at(self.comp, ranks, sign * group.comp)
+        np.add.at(self.comm, ranks, sign * group.comm)
+        np.add.at(self.hbm, ranks, sign * group.hbm)
+        hosts = self.host_of[ranks]
+        np.add.at(self.ddr, hosts, sign * group.ddr)
+        np.add.at(self.ssd, hosts, sign * group.ssd)
+
+    # Choosing where a group goes: the placement that keeps the most loaded GPU it touches
+    # lowest, among those that fit every cap; ties go to the lowest rank or host.
+    def choose(self, group: Group, scope: Scope, allowed: np.ndarray | None) -> np.ndarray | None:
+        if scope is Scope.GPU:
+            return self._choose_gpu(group, allowed)
+        if scope is Scope.WORLD:
+            return self._choose_world(group)
+        return self._choose_host(group, scope, allowed)
+
+    def _choose_gpu(self, group: Group, allowed: np.ndarray | None) -> np.ndarray | None:
+        hw = self.hw
+        c, m = group.comp[0], group.comm[0]
+        new = self.combine(self.comp + c, self.comm + m)
+        ok = self.hbm + group.hbm[0] <= hw.hbm_cap
+        ok &= (self.ddr + group.ddr[0] <= hw.ddr_cap)[self.host_of]
+        ok &= (self.ssd + group.ssd[0] <= hw.ssd_cap)[self.host_of]
+        if allowed is not None:
+            ok &= allowed
+        if not ok.any():
+            return None
+        return np.array([int(np.argmin(np.where(ok, new, _INF)))])
+
+    def _choose_world(self, group: Group) -> np.ndarray | None:
+        hw = self.hw
+        if (self.hbm + group.hbm > hw.hbm_cap).any():
+            return None
+        if (self.ddr + group.ddr.reshape(hw.hosts, -1).sum(axis=1) > hw.ddr_cap).any():
+            return None
+        if (self.ssd + group.ssd.reshape(hw.hosts, -1).sum(axis=1) > hw.ssd_cap).any():
+            return None
+        return np.arange(self.w)
+
+    def _choose_host(self, group: Group, scope: Scope,
+                     allowed: np.ndarray | None) -> np.ndarray | None:
+        hw, g, k = self.hw, self.g, len(group)
+        comp = self.comp.reshape(hw.hosts, g)
+        comm = self.comm.reshape(hw.hosts, g)
+        hbm = self.hbm.reshape(hw.hosts, g)
+        if scope is Scope.HOST_FIXED:
+            local = np.broadcast_to(np.arange(g), (hw.hosts, g))
+        else:
+            # Distinct GPUs of the host: the biggest piece onto the least loaded GPU.
+            order = np.argsort(self.combine(comp, comm), axis=1, kind="stable")[:, :k]
+            local = order[:, np.argsort(-(group.comp + group.comm), kind="stable").argsort()]
+        rows = np.arange(hw.hosts)[:, None]
+        new = self.combine(comp[rows, local] + group.comp, comm[rows, local] + group.comm)
+        host_max = new.max(axis=1)
+        ok = (hbm[rows, local] + group.hbm <= hw.hbm_cap).all(axis=1)
+        ok &= self.ddr + int(group.ddr.sum()) <= hw.ddr_cap
+        ok &= self.ssd + int(group.ssd.sum()) <= hw.ssd_cap
+        if allowed is not None:
+            ok &= allowed.reshape(hw.hosts, g)[rows, local].all(axis=1)
+        if not ok.any():
+            return None
+        h = int(np.argmin(np.where(ok, host_max, _INF)))
+        return h * g + local[h]
+
+    def place(self, cand: Candidate, allowed: np.ndarray | None) -> list[np.ndarray] | None:
+        """Place every group of `cand` in turn (applied to self); None if one does not fit."""
+        placed: list[np.ndarray] = []
+        for grp in cand.groups:
+            ranks = self.choose(grp, cand.scope, allowed)
+            if ranks is None:
+                return None
+            self.apply(grp, ranks)
+            placed.append(ranks)
+        return placed
+
+    def shortfall(self, cand: Candidate, allowed: np.ndarray | None) -> Shortfall:
+        """The tightest cap for the candidate's largest piece, against the most free space."""
+        hw = self.hw
+        pool = np.ones(self.w, dtype=bool) if allowed is None else allowed
+        free_hbm = int((hw.hbm_cap - self.hbm)[pool].max())
+        free_ddr = int((hw.ddr_cap - self.ddr).max())
+        free_ssd = int((hw.ssd_cap - self.ssd).max())
+        per_host = cand.scope in (Scope.HOST_FIXED, Scope.HOST_FREE)
+        need_ddr = max(int(g.ddr.sum()) if per_host else int(g.ddr.max()) for g in cand.groups)
+        need_ssd = max(int(g.ssd.sum()) if per_host else int(g.ssd.max()) for g in cand.groups)
+        options = [
+            Shortfall("HBM per GPU", cand.max_piece_hbm, free_hbm),
+            Shortfall("DDR per host", need_ddr, free_ddr),
+            Shortfall("SSD per host", need_ssd, free_ssd),
+        ]
+        return max(options, key=lambda s: s.need - s.free)

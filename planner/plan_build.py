@@ -1,0 +1,143 @@
+"""From a layout to a full plan: cost every piece on its GPU, add up memory, summarize.
+
+This is the one place where per-GPU figures are computed, for the planner's own layouts and
+for any layout `planner evaluate` is given.
+"""
+
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+
+from cost_models import CostBreakdown, MemoryFootprint, piece_cost, piece_memory
+from planner.bounds import LowerBound
+from planner.errors import BadInputError
+from planner.hashing import plan_hash_of
+from planner.plan_model import (
+    CostTerms,
+    GpuReport,
+    HostReport,
+    Plan,
+    PlanLayout,
+    Summary,
+)
+from planner.problem import Problem
+
+
+@dataclass
+class GpuTotals:
+    cost: CostBreakdown = field(default_factory=CostBreakdown)
+    memory: MemoryFootprint = field(default_factory=MemoryFootprint)
+    pieces: int = 0
+
+
+def gpu_totals(layout: PlanLayout, problem: Problem) -> list[GpuTotals]:
+    """Sum each piece's cost and memory onto its GPU, from the cost model alone."""
+    hw = problem.hw
+    by_name = {t.name: t for t in problem.tables}
+    totals = [GpuTotals() for _ in range(hw.world_size)]
+    memo: dict[tuple[str, str, str, float, int, int], tuple[CostBreakdown, MemoryFootprint]] = {}
+    for i, tp in enumerate(layout.tables):
+        info = by_name.get(tp.name)
+        if info is None:
+            raise BadInputError(f"tables[{i}].name", "no table of this name in the request",
+                                table=tp.name)
+        ratio = tp.cache_ratio if tp.cache_ratio is not None else 1.0
+        for j, pc in enumerate(tp.pieces):
+            if pc.rank >= hw.world_size:
+                raise BadInputError(f"tables[{i}].pieces[{j}].rank",
+                                    f"rank {pc.rank} does not exist (world size {hw.world_size})",
+                                    table=tp.name)
+            if pc.row_count < 1 or pc.col_count < 1:
+                raise BadInputError(f"tables[{i}].pieces[{j}]", "a piece needs rows and columns",
+                                    table=tp.name)
+            key = (tp.name, tp.sharding_type.value, tp.tier.value, ratio, pc.row_count,
+                   pc.col_count)
+            if key not in memo:
+                memo[key] = (
+                    piece_cost(info.geom, tp.sharding_type, tp.tier, ratio, pc.row_count,
+                               pc.col_count, hw, problem.model),
+                    piece_memory(info.geom, tp.tier, ratio, pc.row_count, pc.col_count, hw),
+                )
+            cost, mem = memo[key]
+            acc = totals[pc.rank]
+            acc.cost = acc.cost + cost
+            acc.memory = acc.memory + mem
+            acc.pieces += 1
+    return totals
+
+
+def cost_terms(c: CostBreakdown, pipelined: bool) -> CostTerms:
+    return CostTerms(
+        lookup_s=c.lookup, backward_s=c.backward, cache_miss_s=c.cache_miss,
+        input_a2a_s=c.input_a2a, output_a2a_s=c.output_a2a, allreduce_s=c.allreduce,
+        compute_s=c.compute, comm_s=c.comm, total_s=c.total(pipelined),
+    )
+
+
+def build_plan(
+    layout: PlanLayout,
+    problem: Problem,
+    bound: LowerBound,
+    solver: str,
+    status: str,
+    warnings: list[str],
+    decisions: list[str],
+) -> Plan:
+    hw = problem.hw
+    pipelined = problem.model.pipelined
+    totals = gpu_totals(layout, problem)
+    gpus = [
+        GpuReport(
+            rank=r, host=hw.host_of(r), pieces=t.pieces, hbm_bytes=t.memory.hbm,
+            hbm_cap_bytes=hw.hbm_cap, ddr_bytes=t.memory.ddr, ssd_bytes=t.memory.ssd,
+            cost=cost_terms(t.cost, pipelined),
+        )
+        for r, t in enumerate(totals)
+    ]
+    g = hw.gpus_per_host
+    hosts = [
+        HostReport(
+            host=h,
+            ddr_bytes=sum(x.ddr_bytes for x in gpus[h * g:(h + 1) * g]),
+            ddr_cap_bytes=hw.ddr_cap,
+            ssd_bytes=sum(x.ssd_bytes for x in gpus[h * g:(h + 1) * g]),
+            ssd_cap_bytes=hw.ssd_cap,
+        )
+        for h in range(hw.hosts)
+    ]
+    step = max(x.cost.total_s for x in gpus)
+    mean = math.fsum(x.cost.total_s for x in gpus) / len(gpus)
+    summary = Summary(
+        step_time_s=step,
+        mean_gpu_time_s=mean,
+        imbalance=step / mean if mean > 0 else 1.0,
+        lower_bound_s=bound.value_s,
+        gap=step / bound.value_s - 1.0 if bound.value_s > 0 else 0.0,
+        lower_bound_note=_bound_note(bound),
+        solver=solver,
+        status=status,
+        tables_per_type=dict(sorted(Counter(t.sharding_type.value for t in layout.tables).items())),
+        tables_per_tier=dict(sorted(Counter(t.tier.value for t in layout.tables).items())),
+        warnings=warnings,
+        decisions=decisions,
+    )
+    body = {
+        "schema_version": layout.schema_version,
+        "request": layout.request,
+        "tables": layout.tables,
+        "gpus": gpus,
+        "hosts": hosts,
+        "summary": summary,
+    }
+    unhashed = Plan.model_construct(**body, plan_hash="")
+    digest = plan_hash_of(unhashed.model_dump(mode="json"))
+    return Plan(**body, plan_hash=digest)
+
+
+def _bound_note(b: LowerBound) -> str:
+    parts = [f"average work {b.average_s:.6g} s"]
+    if b.memory_priced:
+        parts[0] += " (with memory caps priced in)"
+    parts.append(f"largest unsplittable piece {b.largest_piece_s:.6g} s")
+    parts.append(f"work that fits under the makespan {b.balanced_s:.6g} s")
+    return "max of " + " and ".join(parts) + ", over all plans in the candidate space"

@@ -1,0 +1,105 @@
+"""The plan: what the planner returns, `planner check` verifies and `planner evaluate` scores.
+
+A layout (request + per-table pieces) is all a hand-made or foreign plan needs; the per-GPU
+and per-host reports and the summary are derived from it by `planner.plan_build`.
+"""
+
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+from cost_models import ShardingType, Tier
+from planner.spec.request import ResolvedRequest
+from planner.spec.table import StrictModel
+
+SCHEMA_VERSION = "1"
+NonNeg = Annotated[int, Field(strict=True, ge=0)]
+
+
+class PlanPiece(StrictModel):
+    rank: NonNeg
+    host: NonNeg
+    row_offset: NonNeg
+    row_count: NonNeg
+    col_offset: NonNeg
+    col_count: NonNeg
+
+
+class TablePlan(StrictModel):
+    name: str
+    sharding_type: ShardingType
+    tier: Tier
+    cache_ratio: Annotated[float, Field(gt=0.0, le=1.0)] | None = None
+    pieces: Annotated[list[PlanPiece], Field(min_length=1)]
+
+
+class CostTerms(StrictModel):
+    """Seconds per training step on one GPU."""
+
+    lookup_s: float
+    backward_s: float
+    cache_miss_s: float
+    input_a2a_s: float
+    output_a2a_s: float
+    allreduce_s: float
+    compute_s: float
+    comm_s: float
+    total_s: float
+
+
+class GpuReport(StrictModel):
+    rank: int
+    host: int
+    pieces: int
+    hbm_bytes: int
+    hbm_cap_bytes: int
+    ddr_bytes: int  # this GPU's pieces' share of its host's DDR
+    ssd_bytes: int
+    cost: CostTerms
+
+
+class HostReport(StrictModel):
+    host: int
+    ddr_bytes: int
+    ddr_cap_bytes: int
+    ssd_bytes: int
+    ssd_cap_bytes: int
+
+
+class Summary(StrictModel):
+    step_time_s: float  # the slowest GPU's estimate: the sparse part's step time
+    mean_gpu_time_s: float
+    imbalance: float  # slowest / mean
+    lower_bound_s: float
+    gap: float  # step_time / lower_bound - 1
+    lower_bound_note: str
+    solver: str
+    status: str
+    tables_per_type: dict[str, int]
+    tables_per_tier: dict[str, int]
+    warnings: list[str]
+    decisions: list[str]
+
+
+class PlanLayout(StrictModel):
+    """What defines a plan: the request it answers and where every piece lives."""
+
+    schema_version: Literal["1"] = SCHEMA_VERSION
+    request: ResolvedRequest
+    tables: list[TablePlan]
+
+
+class Plan(PlanLayout):
+    gpus: list[GpuReport]
+    hosts: list[HostReport]
+    summary: Summary
+    plan_hash: str
+
+
+class EvaluateInput(PlanLayout):
+    """A layout, or a whole plan whose derived parts are ignored and recomputed."""
+
+    gpus: list[GpuReport] | None = None
+    hosts: list[HostReport] | None = None
+    summary: Summary | None = None
+    plan_hash: str | None = None

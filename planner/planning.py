@@ -1,0 +1,144 @@
+"""`plan()`: the one function the CLI, the service and training launchers call."""
+
+import logging
+from typing import Any
+
+import numpy as np
+
+from planner.bounds import LowerBound, lower_bound
+from planner.candidates import (
+    Candidate,
+    enumerate_candidates,
+    slow_tiers_needed,
+)
+from planner.errors import InfeasibleError
+from planner.partition.assignment import Assignment
+from planner.partition.greedy import greedy
+from planner.partition.local_search import local_search
+from planner.partition.state import LoadState
+from planner.plan_build import build_plan
+from planner.plan_model import PlanLayout, PlanPiece, TablePlan
+from planner.plan_model import Plan as Plan
+from planner.presets import resolve_hardware
+from planner.problem import Problem, build_problem
+from planner.spec import PlanRequest, ResolvedRequest
+from planner.validation import validate_model
+
+log = logging.getLogger("planner")
+
+# Local-search step budget: steps, not seconds, so the same request gives the same plan.
+_STEPS_PER_TABLE = 20
+_MIN_STEPS = 2000
+
+
+def resolve(request: PlanRequest | ResolvedRequest | dict[str, Any]) -> ResolvedRequest:
+    """Validate a request (a model or its JSON-like dict) and expand its hardware preset."""
+    if isinstance(request, dict):
+        request = validate_model(PlanRequest, request)
+    if isinstance(request, ResolvedRequest):
+        return request
+    return ResolvedRequest(model=request.model, hardware=resolve_hardware(request.hardware),
+                           options=request.options)
+
+
+def candidates_for(problem: Problem) -> tuple[list[list[Candidate]], bool]:
+    slow = slow_tiers_needed(problem)
+    cands = [enumerate_candidates(problem, t, slow) for t in problem.tables]
+    for t, cs in zip(problem.tables, cands, strict=True):
+        if not cs:
+            raise _unplaceable(problem, t.index)
+    _check_total_memory(problem, cands)
+    return cands, slow
+
+
+def _unplaceable(problem: Problem, table: int) -> InfeasibleError:
+    """Why a table has no candidate that fits even an empty cluster."""
+    t = problem.tables[table]
+    every = enumerate_candidates(problem, t, slow_tiers=True, keep_unfit=True)
+    name = t.name
+    if not every:
+        return InfeasibleError(
+            reason=f"table '{name}': its constraints allow no sharding on this cluster "
+                   f"(types {t.constraints.sharding_types}, pinned ranks "
+                   f"{t.constraints.pinned_ranks})",
+            table=name,
+        )
+    empty = LoadState(problem.hw, problem.model.pipelined)
+    short = min((empty.shortfall(c, None) for c in every), key=lambda s: s.need - s.free)
+    return InfeasibleError(
+        reason=(f"table '{name}' fits no GPU or host with the shardings and tiers it allows: "
+                f"its smallest piece needs {short.need:,} bytes of {short.cap}, the cap is "
+                f"{short.free:,} (short by {short.need - short.free:,} bytes)"),
+        table=name, cap=short.cap, short_bytes=short.need - short.free,
+    )
+
+
+def _check_total_memory(problem: Problem, cands: list[list[Candidate]]) -> None:
+    hw = problem.hw
+    need = sum(min(c.hbm_total + c.ddr_total + c.ssd_total for c in cs) for cs in cands)
+    have = hw.world_size * hw.hbm_cap + hw.hosts * (hw.ddr_cap + hw.ssd_cap)
+    if need > have:
+        raise InfeasibleError(
+            reason=(f"all tables together need at least {need:,} bytes; the cluster holds "
+                    f"{have:,} bytes of HBM, DDR and SSD (short by {need - have:,} bytes)"),
+            cap="cluster memory", short_bytes=need - have,
+        )
+
+
+def layout_of(problem: Problem, assignment: Assignment) -> PlanLayout:
+    g = problem.hw.gpus_per_host
+    tables = []
+    for t, ch in zip(problem.tables, assignment.choices, strict=True):
+        pieces = []
+        for grp, ranks in zip(ch.cand.groups, ch.ranks, strict=True):
+            for geo, rank in zip(grp.geometry.tolist(), np.asarray(ranks).tolist(), strict=True):
+                pieces.append(PlanPiece(rank=rank, host=rank // g, row_offset=geo[0],
+                                        row_count=geo[1], col_offset=geo[2], col_count=geo[3]))
+        tables.append(TablePlan(name=t.name, sharding_type=ch.cand.kind, tier=ch.cand.tier,
+                                cache_ratio=ch.cand.cache_ratio, pieces=pieces))
+    return PlanLayout(request=problem.request, tables=tables)
+
+
+def _decisions(problem: Problem, slow: bool, bound: LowerBound, a: Assignment) -> list[str]:
+    hw = problem.hw
+    need = sum(t.bytes for t in problem.tables)
+    have = hw.world_size * hw.hbm_cap
+    out = [f"tables need {need / 2**30:,.1f} GiB with optimizer state; the cluster has "
+           f"{have / 2**30:,.1f} GiB of HBM for embeddings ({need / have:.0%})"]
+    if slow:
+        out.append("HBM is under pressure, so hbm_cache, ddr and ssd candidates were costed "
+                   "for every table")
+    if bound.memory_priced:
+        out.append("lower bound and greedy price memory (Lagrangian): HBM "
+                   f"{bound.prices[0]:.3g}, DDR {bound.prices[1]:.3g}, SSD {bound.prices[2]:.3g} "
+                   "s/byte")
+    too_big = [t.name for t in problem.tables if t.bytes > hw.hbm_cap]
+    if too_big:
+        out.append(f"{len(too_big)} table(s) larger than one GPU's free HBM must be split "
+                   f"or tiered: {', '.join(too_big[:5])}{' ...' if len(too_big) > 5 else ''}")
+    out.extend(a.notes)
+    return out
+
+
+def plan(request: PlanRequest | ResolvedRequest | dict[str, Any]) -> Plan:
+    """Plan the sharding of a model's embedding tables on a cluster.
+
+    Raises BadInputError (a field and table named) for malformed input and InfeasibleError
+    (a table or cap, and the bytes short) when no plan fits.
+    """
+    req = resolve(request)
+    problem = build_problem(req)
+    cands, slow = candidates_for(problem)
+    bound = lower_bound(problem, cands)
+    log.info("%d tables, %d candidates, lower bound %.6g s", len(cands),
+             sum(len(c) for c in cands), bound.value_s)
+    assignment = greedy(problem, cands, bound.prices)
+    steps = max(_MIN_STEPS, _STEPS_PER_TABLE * len(cands))
+    assignment = local_search(problem, cands, assignment, steps)
+    layout = layout_of(problem, assignment)
+    warnings = []
+    tiers = {c.cand.tier.value for c in assignment.choices}
+    if tiers - {"hbm"}:
+        warnings.append("plan uses slower memory tiers: " + ", ".join(sorted(tiers - {"hbm"})))
+    return build_plan(layout, problem, bound, assignment.solver, assignment.status, warnings,
+                      _decisions(problem, slow, bound, assignment))

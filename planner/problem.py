@@ -1,0 +1,101 @@
+"""The planner's internal view of a resolved request: cost-model value types, no pydantic."""
+
+from dataclasses import dataclass
+
+from cost_models import (
+    AccessModel,
+    CurveAccess,
+    HardwareProfile,
+    ModelGeom,
+    TableGeom,
+    UniformAccess,
+    ZipfAccess,
+)
+from cost_models.sizes import optimizer_state_row_bytes, weight_row_bytes
+from planner.errors import BadInputError
+from planner.spec import ResolvedRequest, TableConstraints, TableSpec
+from planner.spec import table as table_spec
+
+
+@dataclass(frozen=True)
+class TableInfo:
+    index: int
+    name: str
+    geom: TableGeom
+    constraints: TableConstraints
+
+    @property
+    def bytes(self) -> int:
+        """Weights plus optimizer state of the whole table."""
+        g = self.geom
+        return g.rows * (
+            weight_row_bytes(g.data_type, g.dim) + optimizer_state_row_bytes(g.optimizer, g.dim)
+        )
+
+
+@dataclass(frozen=True)
+class Problem:
+    request: ResolvedRequest
+    hw: HardwareProfile
+    model: ModelGeom
+    tables: tuple[TableInfo, ...]
+
+
+def access_model(spec: TableSpec) -> AccessModel:
+    af = spec.access_frequency
+    if isinstance(af, table_spec.ZipfAccess):
+        return ZipfAccess(alpha=af.alpha)
+    if isinstance(af, table_spec.CurveAccess):
+        return CurveAccess(points=tuple((float(x), float(y)) for x, y in af.points))
+    return UniformAccess()
+
+
+def table_geom(spec: TableSpec) -> TableGeom:
+    return TableGeom(
+        rows=spec.num_embeddings,
+        dim=spec.embedding_dim,
+        pooling=spec.pooling_factor,
+        access=access_model(spec),
+        data_type=spec.data_type,
+        optimizer=spec.optimizer,
+    )
+
+
+def build_problem(req: ResolvedRequest) -> Problem:
+    """Convert specs to cost-model types and reject what cannot hold on this hardware."""
+    hw = req.hardware.profile()
+    m = req.model
+    model = ModelGeom(
+        batch_per_gpu=m.batch_size_per_gpu,
+        fwd_precision=m.fwd_comm_precision,
+        bwd_precision=m.bwd_comm_precision,
+        pipelined=m.pipelined,
+    )
+    cluster_bytes = hw.world_size * hw.hbm_cap + hw.hosts * (hw.ddr_cap + hw.ssd_cap)
+    tables = []
+    for i, spec in enumerate(m.tables):
+        info = TableInfo(i, spec.name, table_geom(spec), spec.constraints or TableConstraints())
+        field = f"model.tables[{i}]"
+        if info.bytes > cluster_bytes:
+            raise BadInputError(
+                f"{field}.num_embeddings",
+                f"the table needs {info.bytes:,} bytes, more than all memory of the cluster "
+                f"({cluster_bytes:,} bytes of HBM, DDR and SSD)",
+                table=spec.name,
+            )
+        c = info.constraints
+        for r in c.pinned_ranks or ():
+            if r >= hw.world_size:
+                raise BadInputError(
+                    f"{field}.constraints.pinned_ranks",
+                    f"rank {r} does not exist (the cluster has ranks 0..{hw.world_size - 1})",
+                    table=spec.name,
+                )
+        if c.min_column_shard_width is not None and c.min_column_shard_width > spec.embedding_dim:
+            raise BadInputError(
+                f"{field}.constraints.min_column_shard_width",
+                f"{c.min_column_shard_width} is wider than embedding_dim {spec.embedding_dim}",
+                table=spec.name,
+            )
+        tables.append(info)
+    return Problem(request=req, hw=hw, model=model, tables=tuple(tables))

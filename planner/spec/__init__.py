@@ -1,0 +1,21 @@
+"""Input models (pydantic v2) of the planner: tables, model, hardware, request."""
+
+from planner.spec.hardware import GpuSpec, HardwareRef, HardwareSpec, HostSpec, LinkSpec
+from planner.spec.model import ModelSpec, Provenance
+from planner.spec.request import PlanOptions, PlanRequest, ResolvedRequest
+from planner.spec.table import TableConstraints, TableSpec
+
+__all__ = [
+    "GpuSpec",
+    "HardwareRef",
+    "HardwareSpec",
+    "HostSpec",
+    "LinkSpec",
+    "ModelSpec",
+    "PlanOptions",
+    "PlanRequest",
+    "Provenance",
+    "ResolvedRequest",
+    "TableConstraints",
+    "TableSpec",
+]
