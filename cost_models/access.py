@@ -1,6 +1,8 @@
 """Cache hit rates from a table's access-frequency curve.
 
-A cache that holds the hottest fraction `c` of a table's rows (an ideal LFU cache in steady
+`hit_rate(cached_rows, rows)` takes whole row counts, so the rows a cache holds in memory and
+the rows its hit rate assumes are the same integer. A cache that holds the hottest fraction
+`c` of a table's rows (an ideal LFU cache in steady
 state) serves the fraction of accesses that those rows receive: the access CDF at `c`.
 Row-wise pieces see the same curve: ids are assumed randomly permuted over rows (as HugeCTR's
 and TorchRec's generators do), so every row range holds a proportional share of hot rows.
@@ -45,8 +47,8 @@ def generalized_harmonic(n: int, alpha: float) -> float:
 class UniformAccess:
     """Every row equally likely: a cache of fraction c serves fraction c."""
 
-    def hit_rate(self, cache_fraction: float, rows: int) -> float:
-        return _clamp(cache_fraction)
+    def hit_rate(self, cached_rows: int, rows: int) -> float:
+        return _clamp(cached_rows / rows) if rows > 0 else 0.0
 
 
 @dataclass(frozen=True)
@@ -55,10 +57,10 @@ class ZipfAccess:
 
     alpha: float
 
-    def hit_rate(self, cache_fraction: float, rows: int) -> float:
+    def hit_rate(self, cached_rows: int, rows: int) -> float:
         if rows <= 0:
             return 0.0
-        cached = math.floor(_clamp(cache_fraction) * rows)
+        cached = min(max(cached_rows, 0), rows)
         total = generalized_harmonic(rows, self.alpha)
         return _clamp(generalized_harmonic(cached, self.alpha) / total)
 
@@ -70,10 +72,12 @@ class CurveAccess:
 
     points: tuple[tuple[float, float], ...]
 
-    def hit_rate(self, cache_fraction: float, rows: int) -> float:
+    def hit_rate(self, cached_rows: int, rows: int) -> float:
+        if rows <= 0:
+            return 0.0
         xs = [0.0, *(p[0] for p in self.points), 1.0]
         ys = [0.0, *(p[1] for p in self.points), 1.0]
-        return _clamp(float(np.interp(_clamp(cache_fraction), xs, ys)))
+        return _clamp(float(np.interp(_clamp(cached_rows / rows), xs, ys)))
 
 
 AccessModel = UniformAccess | ZipfAccess | CurveAccess

@@ -37,15 +37,21 @@ class PieceTraffic:
     allreduce: float  # data-parallel gradient all-reduce bytes sent per GPU (ring)
 
 
-def hit_rate(table: TableGeom, tier: Tier, cache_ratio: float) -> float:
+def hit_rate(table: TableGeom, tier: Tier, cache_ratio: float, piece_rows: int) -> float:
     """Fraction of lookups served by the fast level of the tier: HBM for hbm and hbm_cache,
-    the DDR cache for ssd, nothing for ddr. Curves are evaluated at the table's row count."""
+    the DDR cache for ssd, nothing for ddr.
+
+    The piece's cache holds `cache_rows(cache_ratio, piece_rows)` rows (what memory.py
+    reserves); with ids spread evenly over row ranges, that is the same share of the table's
+    hottest rows, so the table's curve is read at cached * rows / piece_rows rows.
+    """
     if tier is Tier.HBM:
         return 1.0
     if tier is Tier.DDR:
         return 0.0
-    cached = cache_rows(cache_ratio, table.rows)
-    return table.access.hit_rate(cached / table.rows, table.rows)
+    cached = cache_rows(cache_ratio, piece_rows)
+    equivalent = cached * table.rows // piece_rows
+    return table.access.hit_rate(equivalent, table.rows)
 
 
 def piece_traffic(
@@ -72,13 +78,18 @@ def piece_traffic(
     s_row = optimizer_state_row_bytes(table.optimizer, piece_cols)
     fwd = lookups * w_row
     # Fused backward: read and write the weight row and its optimizer state per lookup.
-    bwd = lookups * 2 * (w_row + s_row)
+    bwd_w = lookups * 2 * w_row
+    bwd_s = lookups * 2 * s_row
+    bwd = bwd_w + bwd_s
     ids_read = lookups * c.id_bytes
 
-    h = hit_rate(table, tier, cache_ratio)
-    if tier in (Tier.HBM, Tier.HBM_CACHE):
-        hbm_fwd, hbm_bwd = h * fwd + ids_read, h * bwd
-        host = (1.0 - h) * (fwd + bwd)
+    h = hit_rate(table, tier, cache_ratio, piece_rows)
+    if tier is Tier.HBM:
+        hbm_fwd, hbm_bwd, host, ssd = fwd + ids_read, bwd, 0.0, 0.0
+    elif tier is Tier.HBM_CACHE:
+        # The cache holds weight rows only; optimizer state stays in DDR (memory.py).
+        hbm_fwd, hbm_bwd = h * fwd + ids_read, h * bwd_w
+        host = (1.0 - h) * (fwd + bwd_w) + bwd_s
         ssd = 0.0
     else:
         hbm_fwd, hbm_bwd = ids_read, 0.0
@@ -91,8 +102,10 @@ def piece_traffic(
     if kind is ShardingType.DATA_PARALLEL:
         ids_intra = ids_inter = 0.0
         out = (0.0, 0.0, 0.0, 0.0)
-        # Dense optimizer step over the whole replica after the all-reduce.
-        hbm_bwd += table.rows * 2 * (w_row + s_row)
+        # No fused per-lookup update for a replica: the backward scatters one gradient row
+        # per lookup, then a dense optimizer step runs over the whole replica after the
+        # all-reduce (read and write weights and state).
+        hbm_bwd = lookups * w_row + table.rows * 2 * (w_row + s_row)
         grad_bytes = table.rows * comm_row_bytes(model.bwd_precision, piece_cols)
         allreduce = 2.0 * (world - 1) / world * grad_bytes
     else:

@@ -142,3 +142,21 @@ def plan(request: PlanRequest | ResolvedRequest | dict[str, Any]) -> Plan:
         warnings.append("plan uses slower memory tiers: " + ", ".join(sorted(tiers - {"hbm"})))
     return build_plan(layout, problem, bound, assignment.solver, assignment.status, warnings,
                       _decisions(problem, slow, bound, assignment))
+
+
+def evaluate(layout: PlanLayout) -> Plan:
+    """Score any layout (ours, hand-made or imported) under the cost model, with the same
+    lower bound ours gets; what the checker finds wrong with it goes into its warnings."""
+    from planner.check import check_plan
+
+    layout = PlanLayout(schema_version=layout.schema_version, request=layout.request,
+                        tables=layout.tables)
+    problem = build_problem(layout.request)
+    cands, _ = candidates_for(problem)
+    bound = lower_bound(problem, cands)
+    draft = build_plan(layout, problem, bound, "external", "evaluated", [], [])
+    problems = check_plan(draft).errors
+    if not problems:
+        return draft
+    return build_plan(layout, problem, bound, "external", "evaluated (fails the checker)",
+                      problems, [])

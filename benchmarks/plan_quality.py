@@ -1,0 +1,250 @@
+"""Plan quality: our plans against the lower bound and the ZionEX greedy baselines.
+
+For every bundled fixture on 1, 2, 4 and 16 hosts of the `h100` preset, and on 16 hosts of
+`zionex_a100` (the ZionEX paper's hardware), this plans with `planner.plan`, computes the
+lower bound over the candidate space, and scores the three ZionEX baselines
+(`benchmarks.baselines`) with the same cost model. Every step time is the cost model's
+estimate of the slowest GPU (seconds per training step, sparse part), never a measurement.
+
+Usage (from the repo root):
+    PYTHONPATH=. python -m benchmarks.plan_quality
+
+Writes benchmarks/results/plan_quality.json and .md and prints the markdown.
+"""
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import planner
+from benchmarks.baselines import COSTS, run_all
+from planner.bounds import LowerBound, lower_bound
+from planner.planning import candidates_for, resolve
+from planner.presets import fixture_names, fixture_text
+from planner.problem import build_problem
+
+RESULTS = Path(__file__).resolve().parent / "results"
+COMMAND = "PYTHONPATH=. python -m benchmarks.plan_quality"
+H100_HOSTS = (1, 2, 4, 16)
+ZIONEX_HOSTS = (16,)
+TARGET_MEDIAN_GAP = 0.03
+# "Worse than a baseline" means slower by more than this relative margin (float noise only).
+WORSE_TOL = 1e-9
+
+
+def cases() -> list[tuple[str, str, int]]:
+    out = []
+    for name in fixture_names():
+        out += [(name, "h100", h) for h in H100_HOSTS]
+        out += [(name, "zionex_a100", h) for h in ZIONEX_HOSTS]
+    return out
+
+
+def _no_bound() -> LowerBound:
+    """Stand-in when our candidate space is empty (the case is infeasible for us)."""
+    return LowerBound(value_s=0.0, average_s=0.0, largest_piece_s=0.0, balanced_s=0.0,
+                      memory_priced=False, prices=(0.0, 0.0, 0.0))
+
+
+def run_case(fixture: str, preset: str, hosts: int) -> dict[str, Any]:
+    model = json.loads(fixture_text(fixture))
+    request = {"model": model, "hardware": {"preset": preset, "hosts": hosts}}
+    resolved = resolve(request)
+    problem = build_problem(resolved)
+    row: dict[str, Any] = {
+        "fixture": fixture, "preset": preset, "hosts": hosts,
+        "gpus": problem.hw.world_size, "tables": len(problem.tables),
+    }
+
+    reason = None
+    t0 = time.perf_counter()
+    try:
+        plan = planner.plan(request)
+    except planner.InfeasibleError as err:
+        plan, reason = None, err.reason
+    row["plan_time_s"] = time.perf_counter() - t0
+
+    try:
+        cands, _ = candidates_for(problem)
+        bound = lower_bound(problem, cands)
+        row["lower_bound_s"] = bound.value_s
+    except planner.InfeasibleError:
+        bound = _no_bound()
+        row["lower_bound_s"] = None
+
+    if plan is None:
+        row.update(ours_s=None, gap=None, solver=None, status="infeasible",
+                   infeasible_reason=reason)
+    else:
+        s = plan.summary
+        row.update(ours_s=s.step_time_s, gap=s.gap, solver=s.solver, status=s.status,
+                   imbalance=s.imbalance, infeasible_reason=None,
+                   tables_per_type=s.tables_per_type, tables_per_tier=s.tables_per_tier)
+        if row["lower_bound_s"] is not None and abs(s.lower_bound_s - bound.value_s) > (
+                1e-12 * bound.value_s):
+            row["note"] = (f"plan's own lower bound {s.lower_bound_s!r} differs from the "
+                           f"recomputed one {bound.value_s!r}")
+
+    baselines = run_all(problem, bound)
+    row["baselines"] = {
+        name: ({"step_time_s": b.step_time_s, "imbalance": b.plan.summary.imbalance}
+               if b.plan is not None else {"infeasible": b.reason})
+        for name, b in baselines.items()
+    }
+    feasible = {n: b.step_time_s for n, b in baselines.items() if b.step_time_s is not None}
+    if feasible:
+        best_name = min(feasible, key=lambda n: (feasible[n], n))
+        row["best_baseline"] = best_name
+        row["best_baseline_s"] = feasible[best_name]
+        row["ours_over_best"] = (row["ours_s"] / feasible[best_name]
+                                 if row["ours_s"] is not None else None)
+    else:
+        row.update(best_baseline=None, best_baseline_s=None, ours_over_best=None)
+    return row
+
+
+def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    gaps = [r["gap"] for r in rows if r["gap"] is not None]
+    worse = [r for r in rows if r["ours_over_best"] is not None
+             and r["ours_over_best"] > 1 + WORSE_TOL]
+    # A case where some baseline is feasible but we are not counts as worse too.
+    lost = [r for r in rows if r["ours_s"] is None and r["best_baseline_s"] is not None]
+    compared = [r["ours_over_best"] for r in rows if r["ours_over_best"] is not None]
+    return {
+        "cases": len(rows),
+        "ours_feasible": len(gaps),
+        "ours_infeasible": [f"{r['fixture']}/{r['preset']}x{r['hosts']}" for r in rows
+                            if r["ours_s"] is None],
+        "median_gap": statistics.median(gaps) if gaps else None,
+        "max_gap": max(gaps) if gaps else None,
+        "cases_with_a_feasible_baseline": len(compared),
+        "worse_than_best_baseline": len(worse) + len(lost),
+        "worse_cases": [f"{r['fixture']}/{r['preset']}x{r['hosts']}" for r in worse + lost],
+        "geomean_ours_over_best": (statistics.geometric_mean(compared) if compared else None),
+        "min_ours_over_best": min(compared) if compared else None,
+        "target_median_gap": TARGET_MEDIAN_GAP,
+        "target_median_gap_holds": bool(gaps) and statistics.median(gaps) <= TARGET_MEDIAN_GAP,
+        "target_never_worse_holds": not worse and not lost,
+    }
+
+
+def _ms(x: float | None) -> str:
+    return "-" if x is None else f"{x * 1e3:.4g}"
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2%}"
+
+
+def markdown(rows: list[dict[str, Any]], summary: dict[str, Any], meta: dict[str, Any]) -> str:
+    names = list(COSTS)
+    head = ["fixture", "preset", "hosts", "GPUs", "tables", "ours ms", "LB ms", "gap",
+            *[f"{n} ms" for n in names], "ours/best", "plan s", "solver", "status"]
+    lines = [
+        "# Plan quality",
+        "",
+        "Estimated step time of the sparse part (slowest GPU, cost model, milliseconds) of our "
+        "plan, the lower bound over our candidate space (LB), and the three ZionEX greedy "
+        "table-wise baselines (Mudigere et al., ISCA 2022; see `benchmarks/baselines.py`), "
+        "all scored by the same cost model. `inf.` = the baseline cannot place some table "
+        "whole in HBM. ours/best = our step time over the best feasible baseline's. "
+        "plan s = wall-clock time of `planner.plan` on this machine "
+        f"({meta['nproc']} CPUs, Python {meta['python']}).",
+        "",
+        "| " + " | ".join(head) + " |",
+        "|" + "|".join(["---"] * 2 + ["---:"] * (len(head) - 4) + ["---"] * 2) + "|",
+    ]
+    for r in rows:
+        bl = [_ms(r["baselines"][n].get("step_time_s")) if "infeasible" not in r["baselines"][n]
+              else "inf." for n in names]
+        ratio = "-" if r["ours_over_best"] is None else f"{r['ours_over_best']:.3f}"
+        lines.append("| " + " | ".join([
+            r["fixture"], r["preset"], str(r["hosts"]), str(r["gpus"]), str(r["tables"]),
+            _ms(r["ours_s"]) if r["ours_s"] is not None else "infeasible",
+            _ms(r["lower_bound_s"]), _pct(r["gap"]), *bl, ratio, f"{r['plan_time_s']:.2f}",
+            r["solver"] or "-", r["status"],
+        ]) + " |")
+    s = summary
+    lines += [
+        "",
+        f"- cases: {s['cases']}; our plan feasible in {s['ours_feasible']}",
+        f"- median gap to the lower bound: {_pct(s['median_gap'])}",
+        f"- max gap to the lower bound: {_pct(s['max_gap'])}",
+        f"- cases where ours is worse than the best feasible baseline: "
+        f"{s['worse_than_best_baseline']} of {s['cases_with_a_feasible_baseline']} with a "
+        "feasible baseline" + (f" ({', '.join(s['worse_cases'])})" if s["worse_cases"] else ""),
+        f"- ours / best baseline: geometric mean {_ratio(s['geomean_ours_over_best'])}, "
+        f"best case {_ratio(s['min_ours_over_best'])}",
+        f"- target median gap <= {TARGET_MEDIAN_GAP:.0%}: "
+        f"{'holds' if s['target_median_gap_holds'] else 'MISSED'}",
+        f"- target never worse than the best feasible baseline: "
+        f"{'holds' if s['target_never_worse_holds'] else 'MISSED'}",
+    ]
+    infeasible = [r for r in rows if r["ours_s"] is None]
+    if infeasible:
+        lines += ["", "Infeasible for our planner (reason as reported):", ""]
+        lines += [f"- {r['fixture']} on {r['hosts']} x {r['preset']}: {r['infeasible_reason']}"
+                  for r in infeasible]
+    notes = [r for r in rows if r.get("note")]
+    if notes:
+        lines += ["", "Notes:", ""]
+        lines += [f"- {r['fixture']} on {r['hosts']} x {r['preset']}: {r['note']}" for r in notes]
+    lines += ["", "Reproduce (from the repo root):", "", "```", COMMAND, "```", ""]
+    return "\n".join(lines)
+
+
+def _ratio(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3f}"
+
+
+def machine() -> dict[str, Any]:
+    return {
+        "nproc": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+        else os.cpu_count(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--fixture", action="append", help="only these fixtures (repeatable)")
+    ap.add_argument("--no-write", action="store_true", help="print only; keep results files")
+    args = ap.parse_args(argv)
+
+    rows = []
+    for fixture, preset, hosts in cases():
+        if args.fixture and fixture not in args.fixture:
+            continue
+        row = run_case(fixture, preset, hosts)
+        print(f"{fixture:<17} {preset:<12} x{hosts:<3} ours {_ms(row['ours_s']):>9} ms "
+              f"gap {_pct(row['gap']):>7}  best baseline {_ms(row['best_baseline_s']):>9} ms  "
+              f"plan {row['plan_time_s']:.2f} s", file=sys.stderr, flush=True)
+        rows.append(row)
+    summary = summarize(rows)
+    meta = {**machine(), "command": COMMAND}
+    text = markdown(rows, summary, meta)
+    if not args.no_write and not args.fixture:
+        RESULTS.mkdir(parents=True, exist_ok=True)
+        payload = {"meta": meta, "summary": summary, "cases": rows}
+        (RESULTS / "plan_quality.json").write_text(
+            json.dumps(payload, sort_keys=True, indent=1) + "\n")
+        (RESULTS / "plan_quality.md").write_text(text)
+    print(text)
+    print(f"target median gap <= {TARGET_MEDIAN_GAP:.0%}: "
+          f"{'HOLDS' if summary['target_median_gap_holds'] else 'MISSED'} "
+          f"(median {_pct(summary['median_gap'])})")
+    print("target never worse than the best feasible baseline: "
+          f"{'HOLDS' if summary['target_never_worse_holds'] else 'MISSED'} "
+          f"({summary['worse_than_best_baseline']} worse)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,299 @@
+"""Planning time: `planner.plan` wall clock on generated sets of 100 to 10,000 tables.
+
+Table sets are drawn with the recipe of `synthetic_1000()` in fixtures/make_fixtures.py (numpy
+`default_rng(seed=20221)`, one `random((4, n))` draw: rows log-uniform in [1e3, 1e7], dims
+from {16, 32, 64, 128, 256}, pooling uniform in [1, 100], Zipf alpha uniform in [0.8, 1.3],
+batch 1024 per GPU), with n tables instead of 1000; n = 1000 reproduces the fixture exactly
+(checked on every run). Hardware: the `h100` preset on 1, 16 and 128 hosts (8, 128 and
+1,024 GPUs).
+
+Each case runs in its own subprocess with a wall-clock limit (300 s) and an address-space
+limit, so a slow or huge case is recorded as "timeout" or "out of memory" instead of hanging.
+Time is the median of 3 runs when the first run takes under 10 s, else that one run; it
+includes validating the request dict, as a caller of `plan()` pays it. Stage times come from
+wrapping the functions `planner.planning.plan` calls (resolve, build_problem,
+candidates_for, lower_bound, greedy, local_search, layout_of, build_plan) with timers, so the
+stages are measured inside the very `plan()` calls that give the total.
+
+Usage (from the repo root):
+    PYTHONPATH=. python -m benchmarks.plan_time            # all 9 cases, writes results
+    PYTHONPATH=. python -m benchmarks.plan_time --quick    # up to 1,000 tables x 128 GPUs,
+                                                           # prints only
+"""
+
+import argparse
+import contextlib
+import functools
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fixtures.make_fixtures import SYN_DIMS, SYN_SEED, log_uniform, pick, table
+
+RESULTS = Path(__file__).resolve().parent / "results"
+REPO_ROOT = Path(__file__).resolve().parent.parent
+COMMAND = "PYTHONPATH=. python -m benchmarks.plan_time"
+TABLE_COUNTS = (100, 1_000, 10_000)
+HOSTS = (1, 16, 128)  # x 8 GPUs per h100 host = 8, 128, 1024 GPUs
+QUICK_MAX = (1_000, 16)
+CASE_TIMEOUT_S = 300
+MEMORY_LIMIT_BYTES = 18 * 2**30  # per case; the benchmark machine has 23 GiB
+REPEAT_UNDER_S = 10.0
+REPEATS = 3
+TARGET = (1_000, 16, 5.0)  # tables, hosts, seconds
+STAGES = ("resolve", "build_problem", "candidates_for", "lower_bound", "greedy",
+          "local_search", "layout_of", "build_plan")
+
+
+def generate(n: int) -> dict[str, Any]:
+    """A model spec of n tables drawn as fixtures/make_fixtures.py draws synthetic_1000."""
+    rng = np.random.default_rng(seed=SYN_SEED)
+    u = rng.random((4, n))  # rows, dim, pooling, alpha
+    rows = np.maximum(np.rint(log_uniform(u[0], 1e3, 1e7)).astype(np.int64), 1)
+    dims = pick(u[1], SYN_DIMS)
+    pools = [round(float(1.0 + 99.0 * x), 2) for x in u[2]]
+    alphas = [round(float(0.8 + 0.5 * x), 3) for x in u[3]]
+    width = max(4, len(str(n - 1)))
+    tables = [table(f"t{i:0{width}d}", int(rows[i]), dims[i], pools[i], alphas[i])
+              for i in range(n)]
+    return {
+        "name": f"synthetic_{n}",
+        "batch_size_per_gpu": 1024,
+        "fwd_comm_precision": "fp16",
+        "bwd_comm_precision": "bf16",
+        "pipelined": False,
+        "tables": tables,
+    }
+
+
+def check_recipe() -> None:
+    """The generator with n = 1000 must give the synthetic_1000 fixture's tables exactly."""
+    from planner.presets import fixture_text
+
+    fixture = json.loads(fixture_text("synthetic_1000"))
+    mine = generate(1000)
+    if fixture["tables"] != mine["tables"] or (
+            fixture["batch_size_per_gpu"] != mine["batch_size_per_gpu"]):
+        raise SystemExit("generate(1000) no longer matches fixtures/models/synthetic_1000.json")
+
+
+# ------------------------------------------------------------------ worker (one case)
+
+
+def _install_stage_timers(acc: dict[str, float]) -> None:
+    import planner.planning as planning
+
+    def timed(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                acc[name] = acc.get(name, 0.0) + time.perf_counter() - t0
+        return wrapper
+
+    for name in STAGES:
+        fn = getattr(planning, name, None)
+        if callable(fn):
+            setattr(planning, name, timed(name, fn))
+
+
+def run_worker(n: int, hosts: int) -> dict[str, Any]:
+    import planner
+
+    model = generate(n)
+    request = {"model": model, "hardware": {"preset": "h100", "hosts": hosts}}
+    acc: dict[str, float] = {}
+    _install_stage_timers(acc)
+    runs: list[float] = []
+    stages: list[dict[str, float]] = []
+    out: dict[str, Any] = {}
+    while len(runs) < REPEATS:
+        acc.clear()
+        t0 = time.perf_counter()
+        try:
+            plan = planner.plan(request)
+        except planner.InfeasibleError as err:
+            plan, out["infeasible"] = None, err.reason
+        runs.append(time.perf_counter() - t0)
+        stages.append(dict(acc))
+        if runs[0] >= REPEAT_UNDER_S:
+            break
+    out["runs_s"] = runs
+    out["time_s"] = statistics.median(runs)
+    out["stages_s"] = {k: statistics.median(s.get(k, 0.0) for s in stages)
+                       for k in STAGES if any(k in s for s in stages)}
+    if plan is not None:
+        s = plan.summary
+        out.update(step_time_s=s.step_time_s, gap=s.gap, solver=s.solver, status=s.status,
+                   tables_per_tier=s.tables_per_tier)
+    return out
+
+
+def _worker_main(n: int, hosts: int) -> None:
+    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT_BYTES, MEMORY_LIMIT_BYTES))
+    try:
+        result = run_worker(n, hosts)
+    except MemoryError:
+        result = {"error": "out of memory",
+                  "detail": f"address-space limit {MEMORY_LIMIT_BYTES / 2**30:.0f} GiB"}
+    print(json.dumps(result))
+
+
+# ------------------------------------------------------------------ driver
+
+
+def run_case(n: int, hosts: int) -> dict[str, Any]:
+    row: dict[str, Any] = {"tables": n, "hosts": hosts, "gpus": 8 * hosts}
+    cmd = [sys.executable, "-m", "benchmarks.plan_time", "--worker", str(n), str(hosts)]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(REPO_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    t0 = time.perf_counter()
+    try:
+        proc = subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True,
+                              timeout=CASE_TIMEOUT_S, check=False)
+    except subprocess.TimeoutExpired:
+        row.update(error="timeout", detail=f"no plan within {CASE_TIMEOUT_S} s (killed)")
+        row["wall_s"] = time.perf_counter() - t0
+        return row
+    row["wall_s"] = time.perf_counter() - t0
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode != 0 or not lines:
+        tail = proc.stderr.strip().splitlines()[-3:]
+        oom = "MemoryError" in proc.stderr or proc.returncode in (-9, 137)
+        row.update(error="out of memory" if oom else "error",
+                   detail=f"exit {proc.returncode}: " + " | ".join(tail))
+        return row
+    row.update(json.loads(lines[-1]))
+    return row
+
+
+def machine() -> dict[str, Any]:
+    cpu = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem = None
+    with contextlib.suppress(ValueError, OSError):
+        mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    commit = None
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True,
+                                text=True, timeout=10, check=False).stdout.strip() or None
+    return {
+        "nproc": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+        else os.cpu_count(),
+        "cpu": cpu,
+        "memory_bytes": mem,
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "platform": platform.platform(),
+        "git_head": commit,
+    }
+
+
+def _fmt_s(x: float | None) -> str:
+    if x is None:
+        return "-"
+    return f"{x:.3f}" if x < 10 else f"{x:.1f}"
+
+
+def markdown(rows: list[dict[str, Any]], meta: dict[str, Any], target: dict[str, Any]) -> str:
+    head = ["tables", "GPUs", "plan s", "runs", *STAGES, "gap", "status"]
+    cpu = f"{meta['nproc']} CPUs ({meta['cpu']})" if meta["cpu"] else f"{meta['nproc']} CPUs"
+    lines = [
+        "# Planning time",
+        "",
+        "Wall-clock seconds of `planner.plan(request_dict)` (validation included) on table sets "
+        "drawn with the `synthetic_1000` recipe (seed 20221), `h100` preset, 8 GPUs per host. "
+        f"Median of {REPEATS} runs when a run takes under {REPEAT_UNDER_S:g} s, else one run; "
+        f"each case in a subprocess limited to {CASE_TIMEOUT_S} s. Stage columns: seconds "
+        "inside each function `plan()` calls (median over the runs). "
+        f"Machine: {cpu}, Python {meta['python']}, numpy {meta['numpy']}, "
+        f"commit {str(meta['git_head'])[:12]} (working tree may hold uncommitted changes).",
+        "",
+        "| " + " | ".join(head) + " |",
+        "|" + "|".join(["---:"] * (len(head) - 1) + ["---"]) + "|",
+    ]
+    for r in rows:
+        if "error" in r:
+            cells = [f"{r['tables']:,}", f"{r['gpus']:,}", r["error"], "-"]
+            cells += ["-"] * len(STAGES) + ["-", r.get("detail", "")]
+        else:
+            st = r.get("stages_s", {})
+            status = "infeasible" if r.get("infeasible") else r.get("status", "-")
+            cells = [f"{r['tables']:,}", f"{r['gpus']:,}", _fmt_s(r["time_s"]),
+                     str(len(r["runs_s"])), *[_fmt_s(st.get(k)) for k in STAGES],
+                     "-" if r.get("gap") is None else f"{r['gap']:.2%}", status]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        f"Target: {target['tables']:,} tables on {target['gpus']:,} GPUs in under "
+        f"{target['limit_s']:g} s on this {meta['nproc']}-CPU machine: "
+        + (f"{_fmt_s(target['time_s'])} s, {'holds' if target['holds'] else 'MISSED'}"
+           if target["time_s"] is not None else "not measured"),
+        "",
+        "Reproduce (from the repo root):",
+        "",
+        "```",
+        COMMAND,
+        "```",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true",
+                    help="only up to 1,000 tables x 128 GPUs; print, do not write results")
+    ap.add_argument("--worker", nargs=2, type=int, metavar=("TABLES", "HOSTS"),
+                    help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.worker:
+        _worker_main(*args.worker)
+        return 0
+
+    check_recipe()
+    cases = [(n, h) for n in TABLE_COUNTS for h in HOSTS
+             if not args.quick or (n <= QUICK_MAX[0] and h <= QUICK_MAX[1])]
+    rows = []
+    for n, h in cases:
+        row = run_case(n, h)
+        shown = row.get("error") or f"{_fmt_s(row['time_s'])} s"
+        print(f"{n:>6} tables x {8 * h:>5} GPUs: {shown}  (case wall {row['wall_s']:.1f} s)",
+              file=sys.stderr, flush=True)
+        rows.append(row)
+    meta = {**machine(), "command": COMMAND + (" --quick" if args.quick else "")}
+    hit = next((r for r in rows if (r["tables"], r["hosts"]) == TARGET[:2]), None)
+    t_s = hit.get("time_s") if hit else None
+    target = {"tables": TARGET[0], "gpus": 8 * TARGET[1], "limit_s": TARGET[2],
+              "time_s": t_s, "holds": t_s is not None and t_s < TARGET[2]}
+    text = markdown(rows, meta, target)
+    if not args.quick:
+        RESULTS.mkdir(parents=True, exist_ok=True)
+        payload = {"meta": meta, "target": target, "cases": rows}
+        (RESULTS / "plan_time.json").write_text(
+            json.dumps(payload, sort_keys=True, indent=1) + "\n")
+        (RESULTS / "plan_time.md").write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,187 @@
+"""`planner`: plan, check, evaluate, schema, presets. Exit codes: 0 ok, 1 plan fails the
+checker, 2 bad input, 3 infeasible."""
+
+import json
+import logging
+import sys
+import time
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from planner.check import check_plan
+from planner.errors import BadInputError, PlannerError
+from planner.plan_model import EvaluateInput, Plan, PlanLayout
+from planner.planning import evaluate, plan
+from planner.presets import DEFAULT_PRESET, fixture_names, fixture_text, preset_dict, preset_names
+from planner.spec import HardwareSpec, ModelSpec, PlanRequest
+from planner.validation import parse_json_model
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="Embedding-table sharding planner for DLRMs.")
+out = Console(soft_wrap=False, width=160)
+err = Console(stderr=True, soft_wrap=True)
+
+
+class Format(str, Enum):
+    table = "table"
+    json = "json"
+
+
+def _read(path: str, what: str) -> str:
+    if path == "-":
+        return sys.stdin.read()
+    p = Path(path)
+    if not p.is_file():
+        if what == "model" and path in fixture_names():
+            return fixture_text(path)
+        raise BadInputError(what, f"no such file: {path}")
+    return p.read_text()
+
+
+def _fail(exc: PlannerError) -> None:
+    err.print(f"[red]error:[/] {exc}", highlight=False)
+    raise typer.Exit(exc.exit_code)
+
+
+def _emit(plan_obj: Plan, fmt: Format, output: Path | None, seconds: float | None) -> None:
+    text = plan_obj.model_dump_json(indent=1) + "\n"
+    if output is not None:
+        output.write_text(text)
+    if fmt is Format.json:
+        sys.stdout.write(text)
+    else:
+        from planner.report import render
+
+        render(plan_obj, out, seconds)
+        if output is not None:
+            out.print(f"written to {output}")
+
+
+@app.command("plan")
+def plan_cmd(
+    model: Annotated[str, typer.Argument(help="model spec JSON file, '-' for stdin, or a "
+                                              "bundled fixture name")],
+    hardware: Annotated[Path | None, typer.Option(help="hardware spec JSON file")] = None,
+    preset: Annotated[str | None, typer.Option(help=f"hardware preset (default "
+                                                    f"{DEFAULT_PRESET})")] = None,
+    hosts: Annotated[int | None, typer.Option(help="number of hosts")] = None,
+    output: Annotated[Path | None, typer.Option("-o", "--output", help="write plan JSON")] = None,
+    fmt: Annotated[Format, typer.Option("--format")] = Format.table,
+    solver: Annotated[str, typer.Option(help="auto | greedy | ilp")] = "auto",
+    time_limit: Annotated[float, typer.Option(help="solver time limit, seconds")] = 10.0,
+    seed: Annotated[int, typer.Option()] = 0,
+    verbose: Annotated[bool, typer.Option("-v", "--verbose", help="log decisions")] = False,
+) -> None:
+    """Plan MODEL on a hardware preset or spec and print the plan."""
+    if verbose:
+        logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
+    try:
+        model_raw = _load_json(_read(model, "model"), "model")
+        hw: Any
+        if hardware is not None:
+            if preset is not None:
+                raise BadInputError("--preset", "give either --hardware or --preset, not both")
+            hw = _load_json(_read(str(hardware), "hardware"), "hardware")
+            if hosts is not None:
+                hw["hosts"] = hosts
+        else:
+            hw = {"preset": preset or DEFAULT_PRESET}
+            if hosts is not None:
+                hw["hosts"] = hosts
+        raw = {"model": model_raw, "hardware": hw,
+               "options": {"solver": solver, "time_limit_s": time_limit, "seed": seed}}
+        start = time.perf_counter()
+        result = plan(raw)
+        seconds = time.perf_counter() - start
+    except PlannerError as exc:
+        _fail(exc)
+    _emit(result, fmt, output, seconds)
+
+
+def _load_json(text: str, what: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise BadInputError(what, f"not valid JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise BadInputError(what, "expected a JSON object")
+    return value
+
+
+@app.command("check")
+def check_cmd(plan_file: Annotated[str, typer.Argument(help="plan JSON, or '-'")]) -> None:
+    """Verify a plan independently: coverage, structure, caps, figures, hash."""
+    try:
+        p = parse_json_model(Plan, _read(plan_file, "plan"), "plan")
+    except PlannerError as exc:
+        _fail(exc)
+    report = check_plan(p)
+    if report.ok:
+        out.print(f"[green]ok[/]: {len(p.tables)} tables on {len(p.gpus)} GPUs; every row and "
+                  "column covered once, every cap respected, figures add up")
+        return
+    for e in report.errors:
+        err.print(f"[red]fail:[/] {e}", highlight=False)
+    raise typer.Exit(1)
+
+
+@app.command("evaluate")
+def evaluate_cmd(
+    plan_file: Annotated[str, typer.Argument(help="plan or layout JSON, or '-'")],
+    fmt: Annotated[Format, typer.Option("--format")] = Format.table,
+    output: Annotated[Path | None, typer.Option("-o", "--output")] = None,
+) -> None:
+    """Score any plan (ours, hand-made or foreign) under the cost model."""
+    try:
+        given = parse_json_model(EvaluateInput, _read(plan_file, "plan"), "plan")
+        layout = PlanLayout(schema_version=given.schema_version, request=given.request,
+                            tables=given.tables)
+        result = evaluate(layout)
+    except PlannerError as exc:
+        _fail(exc)
+    _emit(result, fmt, output, None)
+
+
+class SchemaKind(str, Enum):
+    request = "request"
+    model = "model"
+    hardware = "hardware"
+    plan = "plan"
+
+
+@app.command("schema")
+def schema_cmd(kind: Annotated[SchemaKind, typer.Argument()] = SchemaKind.request) -> None:
+    """Print the JSON Schema of the input (request, model, hardware) or of the plan."""
+    model = {"request": PlanRequest, "model": ModelSpec, "hardware": HardwareSpec,
+             "plan": Plan}[kind.value]
+    sys.stdout.write(json.dumps(model.model_json_schema(), indent=1) + "\n")
+
+
+@app.command("presets")
+def presets_cmd() -> None:
+    """List the bundled hardware presets and model fixtures."""
+    t = Table(title="Hardware presets")
+    for col in ("name", "GPUs/host", "GPU", "HBM", "HBM GB/s", "NIC GB/s", "DDR", "SSD"):
+        t.add_column(col)
+    for name in preset_names():
+        spec = HardwareSpec.model_validate(preset_dict(name))
+        t.add_row(name, str(spec.gpus_per_host), spec.gpu.name,
+                  spec.gpu.hbm_capacity_bytes.human_readable(),
+                  f"{spec.gpu.hbm_bandwidth_gb_per_s:g}", f"{spec.links.nic_gb_per_s:g}",
+                  spec.host.ddr_capacity_bytes.human_readable(),
+                  spec.host.ssd_capacity_bytes.human_readable())
+    out.print(t)
+    out.print("model fixtures: " + ", ".join(fixture_names()))
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,47 @@
+"""Every bundled fixture on 1, 2, 4 and 16 hosts: the plan passes the independent checker,
+and planning the same request twice gives byte-identical JSON."""
+
+import pytest
+
+from planner import InfeasibleError, plan
+from planner.check import check_plan
+from planner.presets import fixture_names
+from tests.conftest import fixture_request
+
+HOSTS = (1, 2, 4, 16)
+
+
+def test_all_fixtures_are_listed() -> None:
+    assert len(fixture_names()) == 10
+
+
+@pytest.mark.parametrize("hosts", HOSTS)
+@pytest.mark.parametrize("fixture", fixture_names())
+def test_fixture_plan_checks_and_is_deterministic(fixture: str, hosts: int) -> None:
+    req = fixture_request(fixture, hosts)
+    if fixture == "zionex_12t" and hosts == 1:
+        # 48 TB of fp32 weights cannot fit one host's 0.6 TB HBM + 1.8 TB DDR + 30.7 TB SSD.
+        with pytest.raises(InfeasibleError) as info:
+            plan(req)
+        assert "short by" in info.value.reason
+        return
+    first = plan(req)
+    report = check_plan(first)
+    assert report.ok, report.errors[:5]
+    assert first.summary.step_time_s >= first.summary.lower_bound_s * (1 - 1e-9)
+    second = plan(req)
+    assert first.model_dump_json() == second.model_dump_json()
+
+
+def test_12t_model_needs_ddr_and_ssd_on_16_zionex_hosts() -> None:
+    p = plan(fixture_request("zionex_12t", 16, preset="zionex_a100"))
+    assert check_plan(p).ok
+    assert p.summary.tables_per_tier.get("ssd", 0) > 0
+    assert p.summary.tables_per_tier.get("ddr", 0) + p.summary.tables_per_tier.get(
+        "hbm_cache", 0) > 0
+    assert any("slower memory tiers" in w for w in p.summary.warnings)
+    # The weights alone exceed the cluster's HBM plus DDR: 12e12 params x 4 B = 48 TB.
+    hw = p.request.hardware
+    hbm_plus_ddr = hw.hosts * (hw.gpus_per_host * hw.gpu.hbm_capacity_bytes
+                               + hw.host.ddr_capacity_bytes)
+    assert 48e12 > hbm_plus_ddr
