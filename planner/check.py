@@ -13,11 +13,12 @@ compares them with what the plan reports:
   the per-GPU figures add up to; the plan hash matches the content.
 """
 
+import itertools
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from cost_models import ShardingType, piece_cost, piece_memory
+from cost_models import ShardingType, Tier, piece_cost, piece_memory
 from planner.hashing import plan_hash_of
 from planner.plan_model import Plan, TablePlan
 from planner.problem import TableInfo, build_problem
@@ -47,7 +48,7 @@ def _coverage(tp: TablePlan, rows: int, dim: int, errs: list[str]) -> None:
             errs.append(f"table '{tp.name}': piece rows {p.row_offset}+{p.row_count}, cols "
                         f"{p.col_offset}+{p.col_count} lies outside {rows} x {dim}")
             return
-    for c0, c1 in zip(cuts, cuts[1:], strict=False):
+    for c0, c1 in itertools.pairwise(cuts):
         spans = sorted((p.row_offset, p.row_count) for p in tp.pieces
                        if p.col_offset <= c0 and p.col_offset + p.col_count >= c1)
         at = 0
@@ -93,6 +94,8 @@ def _structure(tp: TablePlan, t: TableInfo, w: int, g: int, errs: list[str]) -> 
     elif kind is ShardingType.DATA_PARALLEL and not (
             full_rows and full_cols and sorted(ranks) == list(range(w))):
         problem = "data_parallel needs one whole replica on every GPU"
+    elif kind is ShardingType.DATA_PARALLEL and tp.tier is not Tier.HBM:
+        problem = "data_parallel replicas live in HBM (the cost model has no tiered replica)"
     if problem:
         errs.append(f"table '{tp.name}': {problem}")
 

@@ -5,7 +5,7 @@ import json
 import logging
 import sys
 import time
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -27,7 +27,7 @@ out = Console(soft_wrap=False, width=160)
 err = Console(stderr=True, soft_wrap=True)
 
 
-class Format(str, Enum):
+class Format(StrEnum):
     table = "table"
     json = "json"
 
@@ -147,7 +147,7 @@ def evaluate_cmd(
     _emit(result, fmt, output, None)
 
 
-class SchemaKind(str, Enum):
+class SchemaKind(StrEnum):
     request = "request"
     model = "model"
     hardware = "hardware"

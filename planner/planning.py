@@ -17,8 +17,8 @@ from planner.partition.greedy import greedy
 from planner.partition.local_search import local_search
 from planner.partition.state import LoadState
 from planner.plan_build import build_plan
-from planner.plan_model import PlanLayout, PlanPiece, TablePlan
 from planner.plan_model import Plan as Plan
+from planner.plan_model import PlanLayout, PlanPiece, TablePlan
 from planner.presets import resolve_hardware
 from planner.problem import Problem, build_problem
 from planner.spec import PlanRequest, ResolvedRequest

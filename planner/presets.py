@@ -40,7 +40,8 @@ def preset_dict(name: str) -> dict[str, Any]:
 
 def fixture_text(name: str) -> str:
     if name not in fixture_names():
-        raise BadInputError("model", f"unknown fixture '{name}' (known: {', '.join(fixture_names())})")
+        known = ", ".join(fixture_names())
+        raise BadInputError("model", f"unknown fixture '{name}' (known: {known})")
     return str(_fixture_dir("models").joinpath(f"{name}.json").read_text())
 
 

@@ -173,20 +173,21 @@ def test_comm_row_bytes(precision, cols, expected):
 def test_hit_rate_fixed_tiers():
     table = make_table(access=ZipfAccess(1.1))
     # HBM serves everything from HBM; DDR has no fast level at all.
-    assert hit_rate(table, Tier.HBM, 0.5) == 1.0
-    assert hit_rate(table, Tier.DDR, 0.5) == 0.0
+    assert hit_rate(table, Tier.HBM, 0.5, 1000) == 1.0
+    assert hit_rate(table, Tier.DDR, 0.5, 1000) == 0.0
 
 
 @pytest.mark.parametrize("tier", [Tier.HBM_CACHE, Tier.SSD])
 def test_hit_rate_uniform_is_cache_fraction(tier):
-    # 1000 rows, 25% cached = 250 rows; every row equally likely -> h = 250/1000 = 0.25
+    # 1000 rows, 25% cached = int(0.25 * 1000) = 250 rows; curve read at 250 * 1000 // 1000
+    # = 250 rows; every row equally likely -> h = 250/1000 = 0.25
     table = make_table(access=UniformAccess())
-    assert hit_rate(table, tier, 0.25) == pytest.approx(0.25, rel=REL)
-    assert UniformAccess().hit_rate(0.25, 1000) == pytest.approx(0.25, rel=REL)
+    assert hit_rate(table, tier, 0.25, 1000) == pytest.approx(0.25, rel=REL)
+    assert UniformAccess().hit_rate(250, 1000) == pytest.approx(0.25, rel=REL)
 
 
 def test_hit_rate_zipf_small_table_brute_force():
-    # 1000 rows, alpha 1.1, 10% cached = 100 hottest rows.
+    # 1000 rows, alpha 1.1, 10% cached = int(0.1 * 1000) = 100 hottest rows.
     # h = sum_{k=1..100} k^-1.1 / sum_{k=1..1000} k^-1.1
     alpha = 1.1
     head = 0.0
@@ -198,8 +199,8 @@ def test_hit_rate_zipf_small_table_brute_force():
             head += term
     expected = head / total
     table = make_table(rows=1000, access=ZipfAccess(alpha))
-    assert hit_rate(table, Tier.HBM_CACHE, 0.1) == pytest.approx(expected, rel=1e-9)
-    assert ZipfAccess(alpha).hit_rate(0.1, 1000) == pytest.approx(expected, rel=1e-9)
+    assert hit_rate(table, Tier.HBM_CACHE, 0.1, 1000) == pytest.approx(expected, rel=1e-9)
+    assert ZipfAccess(alpha).hit_rate(100, 1000) == pytest.approx(expected, rel=1e-9)
     # Sanity: a skewed curve gives far more than the uniform 10%.
     assert expected > 0.5
 
@@ -212,34 +213,44 @@ def big_k():
 
 @pytest.mark.parametrize("alpha", [1.1, 1.0, 0.8])
 def test_hit_rate_zipf_big_table_exact_sum(big_k, alpha):
-    # 10^7 rows, 10% cached = 10^6 hottest rows. Exact: sum of all 10^7 terms with numpy.
+    # 10^7 rows, 10% cached = int(0.1 * 10^7) = 10^6 hottest rows (whole-table piece).
+    # Exact: sum of all 10^7 terms with numpy.
     # h = sum_{k<=10^6} k^-a / sum_{k<=10^7} k^-a
     terms = big_k**-alpha
     expected = float(np.sum(terms[: 10**6])) / float(np.sum(terms))
     table = make_table(rows=10**7, access=ZipfAccess(alpha))
-    assert hit_rate(table, Tier.HBM_CACHE, 0.1) == pytest.approx(expected, rel=1e-9)
+    assert hit_rate(table, Tier.HBM_CACHE, 0.1, 10**7) == pytest.approx(expected, rel=1e-9)
+
+
+def test_hit_rate_row_piece_reads_table_curve():
+    # Row-wise piece of 250 of a 1000-row Zipf(1.1) table, 10% cache:
+    # the piece caches int(0.1 * 250) = 25 rows; ids spread evenly over row ranges, so the
+    # table's curve is read at 25 * 1000 // 250 = 100 rows -> h = H(100)/H(1000).
+    alpha = 1.1
+    head = sum(k ** -alpha for k in range(1, 101))
+    total = sum(k ** -alpha for k in range(1, 1001))
+    table = make_table(rows=1000, access=ZipfAccess(alpha))
+    assert hit_rate(table, Tier.HBM_CACHE, 0.1, 250) == pytest.approx(head / total, rel=1e-9)
+    # Piece of 300 rows, 10%: int(0.1 * 300) = 30 cached -> 30 * 1000 // 300 = 100 rows too.
+    assert hit_rate(table, Tier.SSD, 0.1, 300) == pytest.approx(head / total, rel=1e-9)
+    # Uniform: 25 of the piece's 250 rows -> 100 of 1000 -> h = 0.1
+    assert hit_rate(make_table(), Tier.HBM_CACHE, 0.1, 250) == pytest.approx(0.1, rel=REL)
 
 
 def test_hit_rate_curve_linear_interpolation():
     # Points (0,0) implied, (0.1, 0.5), (0.5, 0.9), (1,1) implied.
     curve = CurveAccess(points=((0.1, 0.5), (0.5, 0.9)))
     table = make_table(rows=1000, access=curve)
-    # 0.05: halfway from (0,0) to (0.1,0.5)            -> 0.25
-    assert hit_rate(table, Tier.HBM_CACHE, 0.05) == pytest.approx(0.25, rel=REL)
-    # 0.3: halfway from (0.1,0.5) to (0.5,0.9)          -> 0.5 + 0.5*0.4 = 0.7
-    assert hit_rate(table, Tier.HBM_CACHE, 0.3) == pytest.approx(0.7, rel=REL)
-    # 0.75: halfway from (0.5,0.9) to (1,1)             -> 0.9 + 0.5*0.1 = 0.95
-    assert hit_rate(table, Tier.SSD, 0.75) == pytest.approx(0.95, rel=REL)
-    # exactly on a point
-    assert curve.hit_rate(0.1, 1000) == pytest.approx(0.5, rel=REL)
+    # 0.05: 50 of 1000 rows, halfway from (0,0) to (0.1,0.5)     -> 0.25
+    assert hit_rate(table, Tier.HBM_CACHE, 0.05, 1000) == pytest.approx(0.25, rel=REL)
+    # 0.3: 300 rows, halfway from (0.1,0.5) to (0.5,0.9)          -> 0.5 + 0.5*0.4 = 0.7
+    assert hit_rate(table, Tier.HBM_CACHE, 0.3, 1000) == pytest.approx(0.7, rel=REL)
+    # 0.75: 750 rows, halfway from (0.5,0.9) to (1,1)             -> 0.9 + 0.5*0.1 = 0.95
+    assert hit_rate(table, Tier.SSD, 0.75, 1000) == pytest.approx(0.95, rel=REL)
+    # exactly on a point: 100 of 1000 rows = 0.1 -> 0.5
+    assert curve.hit_rate(100, 1000) == pytest.approx(0.5, rel=REL)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="hit_rate passes cache_rows/rows to ZipfAccess, which floors (k/n)*n; for "
-    "n=100, k=29 that product is 28.999999999999996, so the model counts 28 cached rows "
-    "while piece_memory reserves 29 slots (likewise n=49, k=1 gives hit rate 0).",
-)
 def test_hit_rate_zipf_counts_every_cached_row():
     # 100 rows, cache ratio 0.295 -> int(29.5) = 29 cached rows (as piece_memory reserves).
     alpha = 1.1
@@ -249,7 +260,18 @@ def test_hit_rate_zipf_counts_every_cached_row():
     # h = H(29, a) / H(100, a)
     head = sum(k ** -alpha for k in range(1, 30))
     total = sum(k ** -alpha for k in range(1, 101))
-    assert hit_rate(table, Tier.HBM_CACHE, 0.295) == pytest.approx(head / total, rel=1e-9)
+    assert hit_rate(table, Tier.HBM_CACHE, 0.295, 100) == pytest.approx(
+        head / total, rel=1e-9
+    )
+    # 49 rows, ratio 0.01: int(0.49) = 0 -> at least 1 slot (as memory reserves), so the
+    # hottest row is cached: h = H(1)/H(49) = 1 / sum_{k<=49} k^-a, not 0.
+    table49 = make_table(rows=49, access=ZipfAccess(alpha))
+    mem49 = piece_memory(table49, Tier.HBM_CACHE, 0.01, 49, 8, make_hw())
+    assert mem49.hbm == 1 * (32 + 16)
+    total49 = sum(k ** -alpha for k in range(1, 50))
+    assert hit_rate(table49, Tier.HBM_CACHE, 0.01, 49) == pytest.approx(
+        1.0 / total49, rel=1e-9
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -400,8 +422,9 @@ def test_traffic_data_parallel_replica():
     t = traffic(table, ShardingType.DATA_PARALLEL, rows=1000, cols=8)
     # serves only its own b = 10 samples: lookups = 10 * 2 = 20
     # fwd = 20 * 32 + 20 * 8 = 800
-    # bwd = 20 * 2 * 36 = 1440 plus dense optimizer over all rows 1000 * 2 * 36 = 72000
-    #     = 73440
+    # bwd: one gradient row scattered per lookup 20 * 32 = 640, plus the dense optimizer
+    #     step over the replica (read + write weight and state) 1000 * 2 * (32 + 4) = 72000
+    #     = 72640 (no per-lookup fused read/write any more)
     # no ids or pooled vectors cross GPUs
     # all-reduce: gradient in fp16 = 1000 rows * 16 B = 16000; ring 2*(W-1)/W = 2*7/8
     #     -> 28000
@@ -409,7 +432,7 @@ def test_traffic_data_parallel_replica():
         t,
         lookups=20,
         hbm_fwd=800,
-        hbm_bwd=73440,
+        hbm_bwd=72640,
         host=0,
         ssd=0,
         ids_intra=0,
@@ -443,16 +466,18 @@ def test_traffic_single_host_has_no_inter_host_bytes():
 # --------------------------------------------------------------------------------------------
 # 4. tiers (table-wise piece, fp32 row 32 B, rowwise Adagrad state 4 B, uniform access)
 #    lookups = 160; fwd rows = 160 * 32 = 5120; ids read = 1280; bwd = 160 * 2 * 36 = 11520
+#    = weight 160 * 2 * 32 = 10240 + state 160 * 2 * 4 = 1280
 # --------------------------------------------------------------------------------------------
 
 
 def test_tier_hbm_cache():
     table = make_table(optimizer=Optimizer.ROWWISE_ADAGRAD)
     t = traffic(table, ShardingType.TABLE_WISE, tier=Tier.HBM_CACHE, cache_ratio=0.25)
-    # h = 0.25 (uniform)
-    # hbm_fwd = 0.25 * 5120 + 1280 = 2560; hbm_bwd = 0.25 * 11520 = 2880
-    # host = 0.75 * (5120 + 11520) = 0.75 * 16640 = 12480
-    check_traffic(t, lookups=160, hbm_fwd=2560, hbm_bwd=2880, host=12480, ssd=0)
+    # h = 0.25 (uniform: int(0.25 * 1000) = 250 of 1000 rows)
+    # cache holds weight rows only; optimizer state stays in DDR:
+    # hbm_fwd = 0.25 * 5120 + 1280 = 2560; hbm_bwd = 0.25 * 10240 (weights) = 2560
+    # host = 0.75 * (5120 + 10240) + 1280 (all state read + write) = 11520 + 1280 = 12800
+    check_traffic(t, lookups=160, hbm_fwd=2560, hbm_bwd=2560, host=12800, ssd=0)
 
 
 def test_tier_ddr():
@@ -487,12 +512,29 @@ def test_tier_hbm_cache_zipf_uses_curve():
     h = sum(k ** -alpha for k in range(1, 101)) / sum(k ** -alpha for k in range(1, 1001))
     table = make_table(access=ZipfAccess(alpha))  # SGD, row 32 B
     t = traffic(table, ShardingType.TABLE_WISE, tier=Tier.HBM_CACHE, cache_ratio=0.1)
-    # fwd rows 5120, ids 1280, bwd 160 * 2 * 32 = 10240
+    # fwd rows 5120, ids 1280, weight bwd 160 * 2 * 32 = 10240, SGD state 0 B -> 0 in DDR
     check_traffic(
         t,
         hbm_fwd=h * 5120 + 1280,
         hbm_bwd=h * 10240,
-        host=(1 - h) * (5120 + 10240),
+        host=(1 - h) * (5120 + 10240) + 0,
+    )
+
+
+def test_tier_hbm_cache_zipf_state_in_ddr():
+    # Same Zipf(1.1) table, 10% cache, Adam: row 32 B, state 2 * 8 * 4 = 64 B.
+    alpha = 1.1
+    h = sum(k ** -alpha for k in range(1, 101)) / sum(k ** -alpha for k in range(1, 1001))
+    table = make_table(access=ZipfAccess(alpha), optimizer=Optimizer.ADAM)
+    t = traffic(table, ShardingType.TABLE_WISE, tier=Tier.HBM_CACHE, cache_ratio=0.1)
+    # fwd rows 160 * 32 = 5120, ids 1280, weight bwd 160 * 2 * 32 = 10240,
+    # state bwd 160 * 2 * 64 = 20480 always over PCIe (state is not cached)
+    check_traffic(
+        t,
+        hbm_fwd=h * 5120 + 1280,
+        hbm_bwd=h * 10240,
+        host=(1 - h) * (5120 + 10240) + 20480,
+        ssd=0,
     )
 
 

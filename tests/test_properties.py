@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 
 from planner import InfeasibleError, plan
 from planner.check import check_plan
-from planner.planning import evaluate, resolve
 from planner.plan_model import PlanLayout, PlanPiece, TablePlan
+from planner.planning import evaluate, resolve
 
 SETTINGS = settings(max_examples=40, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow])
@@ -43,10 +43,10 @@ def tables(draw: Any, n_max: int = 12) -> list[dict[str, Any]]:
         }
         if draw(st.booleans()):
             t["constraints"] = {
-                "sharding_types": draw(st.lists(st.sampled_from(TYPES), min_size=1,
-                                                max_size=3, unique=True)) + ["table_wise"],
-                "memory_tiers": draw(st.lists(st.sampled_from(TIERS), min_size=1, max_size=3,
-                                              unique=True)) + ["hbm"],
+                "sharding_types": [*draw(st.lists(st.sampled_from(TYPES), min_size=1,
+                                                  max_size=3, unique=True)), "table_wise"],
+                "memory_tiers": [*draw(st.lists(st.sampled_from(TIERS), min_size=1,
+                                                max_size=3, unique=True)), "hbm"],
             }
         out.append(t)
     return out

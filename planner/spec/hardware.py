@@ -76,7 +76,7 @@ class ConstantsSpec(StrictModel):
 class HardwareSpec(StrictModel):
     name: str = "custom"
     description: str = ""
-    sources: list[str] = []
+    sources: list[str] = Field(default_factory=list)
     hosts: Annotated[int, Field(strict=True, ge=1, le=4096)]
     gpus_per_host: Annotated[int, Field(strict=True, ge=1, le=64)]
     gpu: GpuSpec
@@ -110,4 +110,4 @@ class HardwareRef(StrictModel):
 
     preset: str
     hosts: Annotated[int, Field(strict=True, ge=1, le=4096)] | None = None
-    overrides: dict[str, Any] = {}
+    overrides: dict[str, Any] = Field(default_factory=dict)

@@ -20,8 +20,8 @@ class Provenance(StrictModel):
 class ModelSpec(StrictModel):
     name: str = "model"
     description: str = ""
-    provenance: list[Provenance] = []
-    notes: list[str] = []
+    provenance: list[Provenance] = Field(default_factory=list)
+    notes: list[str] = Field(default_factory=list)
     batch_size_per_gpu: Annotated[int, Field(strict=True, ge=1, le=10_000_000)]
     fwd_comm_precision: CommPrecision = CommPrecision.FP32
     bwd_comm_precision: CommPrecision = CommPrecision.FP32

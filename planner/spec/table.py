@@ -1,5 +1,6 @@
 """Input model of one embedding table and its optional constraints."""
 
+import itertools
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -39,7 +40,7 @@ class CurveAccess(StrictModel):
     @field_validator("points")
     @classmethod
     def _monotone(cls, pts: list[tuple[float, float]]) -> list[tuple[float, float]]:
-        for (x0, y0), (x1, y1) in zip(pts, pts[1:], strict=False):
+        for (x0, y0), (x1, y1) in itertools.pairwise(pts):
             if not x1 > x0:
                 raise ValueError("row fractions must strictly increase")
             if y1 < y0:
