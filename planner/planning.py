@@ -5,6 +5,7 @@ from typing import Any
 
 import numpy as np
 
+from cost_models import ShardingType
 from planner.bounds import LowerBound, lower_bound
 from planner.candidates import (
     Candidate,
@@ -120,6 +121,32 @@ def _decisions(problem: Problem, slow: bool, bound: LowerBound, a: Assignment) -
     return out
 
 
+def _makespan(problem: Problem, a: Assignment) -> float:
+    state = LoadState(problem.hw, problem.model.pipelined)
+    for ch in a.choices:
+        for grp, ranks in zip(ch.cand.groups, ch.ranks, strict=True):
+            state.apply(grp, ranks)
+    return float(state.load().max())
+
+
+def _best_start(problem: Problem, cands: list[list[Candidate]], bound: LowerBound) -> Assignment:
+    """Local search from two starts, keep the better: the candidate-choosing greedy, and a
+    table-wise-only LPT (the ZionEX-style start, which wins on tiny, evenly sized tables).
+    Both are deterministic, so the result is too."""
+    steps = max(_MIN_STEPS, _STEPS_PER_TABLE * len(cands))
+    best = local_search(problem, cands, greedy(problem, cands, bound.prices), steps)
+    table_wise = [[c for c in cs if c.kind is ShardingType.TABLE_WISE] for cs in cands]
+    if all(table_wise) and any(len(tw) < len(cs) for tw, cs in zip(table_wise, cands, strict=True)):
+        try:
+            other = local_search(problem, cands, greedy(problem, table_wise, bound.prices), steps)
+        except InfeasibleError:
+            return best
+        if _makespan(problem, other) < _makespan(problem, best):
+            other.notes.append("kept the plan grown from the table-wise start")
+            return other
+    return best
+
+
 def plan(request: PlanRequest | ResolvedRequest | dict[str, Any]) -> Plan:
     """Plan the sharding of a model's embedding tables on a cluster.
 
@@ -132,9 +159,7 @@ def plan(request: PlanRequest | ResolvedRequest | dict[str, Any]) -> Plan:
     bound = lower_bound(problem, cands)
     log.info("%d tables, %d candidates, lower bound %.6g s", len(cands),
              sum(len(c) for c in cands), bound.value_s)
-    assignment = greedy(problem, cands, bound.prices)
-    steps = max(_MIN_STEPS, _STEPS_PER_TABLE * len(cands))
-    assignment = local_search(problem, cands, assignment, steps)
+    assignment = _best_start(problem, cands, bound)
     layout = layout_of(problem, assignment)
     warnings = []
     tiers = {c.cand.tier.value for c in assignment.choices}
