@@ -14,8 +14,6 @@ Writes benchmarks/results/plan_quality.json and .md and prints the markdown.
 
 import argparse
 import json
-import os
-import platform
 import statistics
 import sys
 import time
@@ -24,6 +22,7 @@ from typing import Any
 
 import planner
 from benchmarks.baselines import COSTS, run_all
+from benchmarks.plan_time import machine
 from planner.bounds import LowerBound, lower_bound
 from planner.planning import candidates_for, resolve
 from planner.presets import fixture_names, fixture_text
@@ -155,7 +154,8 @@ def markdown(rows: list[dict[str, Any]], summary: dict[str, Any], meta: dict[str
         "all scored by the same cost model. `inf.` = the baseline cannot place some table "
         "whole in HBM. ours/best = our step time over the best feasible baseline's. "
         "plan s = wall-clock time of `planner.plan` on this machine "
-        f"({meta['nproc']} CPUs, Python {meta['python']}).",
+        f"({meta['nproc']} CPUs, Python {meta['python']}; commit {str(meta['git_head'])[:12]}, "
+        "the working tree may hold uncommitted changes).",
         "",
         "| " + " | ".join(head) + " |",
         "|" + "|".join(["---"] * 2 + ["---:"] * (len(head) - 4) + ["---"] * 2) + "|",
@@ -201,15 +201,6 @@ def markdown(rows: list[dict[str, Any]], summary: dict[str, Any], meta: dict[str
 
 def _ratio(x: float | None) -> str:
     return "-" if x is None else f"{x:.3f}"
-
-
-def machine() -> dict[str, Any]:
-    return {
-        "nproc": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
-        else os.cpu_count(),
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-    }
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -134,6 +134,9 @@ def run_worker(n: int, hosts: int) -> dict[str, Any]:
     out["time_s"] = statistics.median(runs)
     out["stages_s"] = {k: statistics.median(s.get(k, 0.0) for s in stages)
                        for k in STAGES if any(k in s for s in stages)}
+    # Time in plan() outside the timed functions (e.g. comparing two starts' makespans).
+    out["stages_s"]["other"] = statistics.median(
+        max(0.0, t - sum(s.values())) for t, s in zip(runs, stages, strict=True))
     if plan is not None:
         s = plan.summary
         out.update(step_time_s=s.step_time_s, gap=s.gap, solver=s.solver, status=s.status,
@@ -204,6 +207,7 @@ def machine() -> dict[str, Any]:
         "numpy": np.__version__,
         "platform": platform.platform(),
         "git_head": commit,
+        "loadavg_1_5_15": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
     }
 
 
@@ -214,7 +218,8 @@ def _fmt_s(x: float | None) -> str:
 
 
 def markdown(rows: list[dict[str, Any]], meta: dict[str, Any], target: dict[str, Any]) -> str:
-    head = ["tables", "GPUs", "plan s", "runs", *STAGES, "gap", "status"]
+    cols = (*STAGES, "other")
+    head = ["tables", "GPUs", "plan s", "runs", *cols, "gap", "status"]
     cpu = f"{meta['nproc']} CPUs ({meta['cpu']})" if meta["cpu"] else f"{meta['nproc']} CPUs"
     lines = [
         "# Planning time",
@@ -223,9 +228,11 @@ def markdown(rows: list[dict[str, Any]], meta: dict[str, Any], target: dict[str,
         "drawn with the `synthetic_1000` recipe (seed 20221), `h100` preset, 8 GPUs per host. "
         f"Median of {REPEATS} runs when a run takes under {REPEAT_UNDER_S:g} s, else one run; "
         f"each case in a subprocess limited to {CASE_TIMEOUT_S} s. Stage columns: seconds "
-        "inside each function `plan()` calls (median over the runs). "
+        "inside each function `plan()` calls, summed when it is called more than once "
+        "(median over the runs); other = the rest of `plan()`. "
         f"Machine: {cpu}, Python {meta['python']}, numpy {meta['numpy']}, "
-        f"commit {str(meta['git_head'])[:12]} (working tree may hold uncommitted changes).",
+        f"commit {str(meta['git_head'])[:12]} (working tree may hold uncommitted changes); "
+        f"load average before the run {meta['loadavg_before']}.",
         "",
         "| " + " | ".join(head) + " |",
         "|" + "|".join(["---:"] * (len(head) - 1) + ["---"]) + "|",
@@ -233,12 +240,12 @@ def markdown(rows: list[dict[str, Any]], meta: dict[str, Any], target: dict[str,
     for r in rows:
         if "error" in r:
             cells = [f"{r['tables']:,}", f"{r['gpus']:,}", r["error"], "-"]
-            cells += ["-"] * len(STAGES) + ["-", r.get("detail", "")]
+            cells += ["-"] * len(cols) + ["-", r.get("detail", "")]
         else:
             st = r.get("stages_s", {})
             status = "infeasible" if r.get("infeasible") else r.get("status", "-")
             cells = [f"{r['tables']:,}", f"{r['gpus']:,}", _fmt_s(r["time_s"]),
-                     str(len(r["runs_s"])), *[_fmt_s(st.get(k)) for k in STAGES],
+                     str(len(r["runs_s"])), *[_fmt_s(st.get(k)) for k in cols],
                      "-" if r.get("gap") is None else f"{r['gap']:.2%}", status]
         lines.append("| " + " | ".join(cells) + " |")
     lines += [
@@ -251,7 +258,7 @@ def markdown(rows: list[dict[str, Any]], meta: dict[str, Any], target: dict[str,
         "Reproduce (from the repo root):",
         "",
         "```",
-        COMMAND,
+        meta["command"],
         "```",
         "",
     ]
@@ -270,6 +277,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     check_recipe()
+    load_before = [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None
     cases = [(n, h) for n in TABLE_COUNTS for h in HOSTS
              if not args.quick or (n <= QUICK_MAX[0] and h <= QUICK_MAX[1])]
     rows = []
@@ -279,7 +287,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{n:>6} tables x {8 * h:>5} GPUs: {shown}  (case wall {row['wall_s']:.1f} s)",
               file=sys.stderr, flush=True)
         rows.append(row)
-    meta = {**machine(), "command": COMMAND + (" --quick" if args.quick else "")}
+    meta = {**machine(), "command": COMMAND + (" --quick" if args.quick else ""),
+            "loadavg_before": load_before}
     hit = next((r for r in rows if (r["tables"], r["hosts"]) == TARGET[:2]), None)
     t_s = hit.get("time_s") if hit else None
     target = {"tables": TARGET[0], "gpus": 8 * TARGET[1], "limit_s": TARGET[2],
