@@ -17,10 +17,10 @@ import json
 import statistics
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import planner
+from benchmarks import write_results
 from benchmarks.baselines import COSTS, run_all
 from benchmarks.plan_time import machine
 from planner.bounds import LowerBound, lower_bound
@@ -28,7 +28,6 @@ from planner.planning import candidates_for, resolve
 from planner.presets import fixture_names, fixture_text
 from planner.problem import build_problem
 
-RESULTS = Path(__file__).resolve().parent / "results"
 COMMAND = "PYTHONPATH=. python -m benchmarks.plan_quality"
 H100_HOSTS = (1, 2, 4, 16)
 ZIONEX_HOSTS = (16,)
@@ -222,11 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     meta = {**machine(), "command": COMMAND}
     text = markdown(rows, summary, meta)
     if not args.no_write and not args.fixture:
-        RESULTS.mkdir(parents=True, exist_ok=True)
-        payload = {"meta": meta, "summary": summary, "cases": rows}
-        (RESULTS / "plan_quality.json").write_text(
-            json.dumps(payload, sort_keys=True, indent=1) + "\n")
-        (RESULTS / "plan_quality.md").write_text(text)
+        write_results("plan_quality", {"meta": meta, "summary": summary, "cases": rows}, text)
     print(text)
     print(f"target median gap <= {TARGET_MEDIAN_GAP:.0%}: "
           f"{'HOLDS' if summary['target_median_gap_holds'] else 'MISSED'} "

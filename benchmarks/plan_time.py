@@ -38,9 +38,9 @@ from typing import Any
 
 import numpy as np
 
-from fixtures.make_fixtures import SYN_DIMS, SYN_SEED, log_uniform, pick, table
+from benchmarks import write_results
+from fixtures.make_fixtures import synthetic_tables
 
-RESULTS = Path(__file__).resolve().parent / "results"
 REPO_ROOT = Path(__file__).resolve().parent.parent
 COMMAND = "PYTHONPATH=. python -m benchmarks.plan_time"
 TABLE_COUNTS = (100, 1_000, 10_000)
@@ -57,15 +57,7 @@ STAGES = ("resolve", "build_problem", "candidates_for", "lower_bound", "greedy",
 
 def generate(n: int) -> dict[str, Any]:
     """A model spec of n tables drawn as fixtures/make_fixtures.py draws synthetic_1000."""
-    rng = np.random.default_rng(seed=SYN_SEED)
-    u = rng.random((4, n))  # rows, dim, pooling, alpha
-    rows = np.maximum(np.rint(log_uniform(u[0], 1e3, 1e7)).astype(np.int64), 1)
-    dims = pick(u[1], SYN_DIMS)
-    pools = [round(float(1.0 + 99.0 * x), 2) for x in u[2]]
-    alphas = [round(float(0.8 + 0.5 * x), 3) for x in u[3]]
-    width = max(4, len(str(n - 1)))
-    tables = [table(f"t{i:0{width}d}", int(rows[i]), dims[i], pools[i], alphas[i])
-              for i in range(n)]
+    tables = synthetic_tables(n)
     return {
         "name": f"synthetic_{n}",
         "batch_size_per_gpu": 1024,
@@ -295,11 +287,7 @@ def main(argv: list[str] | None = None) -> int:
               "time_s": t_s, "holds": t_s is not None and t_s < TARGET[2]}
     text = markdown(rows, meta, target)
     if not args.quick:
-        RESULTS.mkdir(parents=True, exist_ok=True)
-        payload = {"meta": meta, "target": target, "cases": rows}
-        (RESULTS / "plan_time.json").write_text(
-            json.dumps(payload, sort_keys=True, indent=1) + "\n")
-        (RESULTS / "plan_time.md").write_text(text)
+        write_results("plan_time", {"meta": meta, "target": target, "cases": rows}, text)
     print(text)
     return 0
 

@@ -77,9 +77,8 @@ class Candidate:
 
     @property
     def label(self) -> str:
-        cols = int(self.groups[0].geometry[:, 3].min())
-        split = f" {cols}-col chunks" if cols < int(self.groups[0].geometry[:, 3].max()) or (
-            self.kind in _COLUMN_SPLIT) else ""
+        width = int(self.groups[0].geometry[0, 3])
+        split = f" {width}-col chunks" if self.kind in _COLUMN_SPLIT else ""
         ratio = f" cache {self.cache_ratio:g}" if self.cache_ratio is not None else ""
         return f"{self.kind.value}{split} {self.tier.value}{ratio}"
 

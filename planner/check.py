@@ -18,7 +18,7 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from cost_models import ShardingType, Tier, piece_cost, piece_memory
+from cost_models import CostBreakdown, ShardingType, Tier, piece_cost, piece_memory
 from planner.hashing import plan_hash_of
 from planner.plan_model import Plan, TablePlan
 from planner.problem import TableInfo, build_problem
@@ -114,7 +114,7 @@ def check_plan(plan: Plan) -> CheckReport:
     hbm = [0] * w
     ddr_gpu = [0] * w
     ssd_gpu = [0] * w
-    costs = [None] * w  # type: list
+    costs: list[CostBreakdown | None] = [None] * w
     for tp in plan.tables:
         t = by_name.get(tp.name)
         if t is None:
@@ -152,7 +152,8 @@ def check_plan(plan: Plan) -> CheckReport:
             ssd_gpu[p.rank] += m.ssd
             cost = piece_cost(t.geom, tp.sharding_type, tp.tier, ratio, p.row_count,
                               p.col_count, hw, model)
-            costs[p.rank] = cost if costs[p.rank] is None else costs[p.rank] + cost
+            held = costs[p.rank]
+            costs[p.rank] = cost if held is None else held + cost
     for name in by_name.keys() - seen:
         errs.append(f"table '{name}' of the request is missing from the plan")
     _caps_and_figures(plan, hbm, ddr_gpu, ssd_gpu, costs, rep)
@@ -160,7 +161,7 @@ def check_plan(plan: Plan) -> CheckReport:
 
 
 def _caps_and_figures(plan: Plan, hbm: list[int], ddr_gpu: list[int], ssd_gpu: list[int],
-                      costs: list, rep: CheckReport) -> None:
+                      costs: list[CostBreakdown | None], rep: CheckReport) -> None:
     errs = rep.errors
     problem_hw = plan.request.hardware.profile()
     w, g = problem_hw.world_size, problem_hw.gpus_per_host

@@ -122,10 +122,7 @@ def _decisions(problem: Problem, slow: bool, bound: LowerBound, a: Assignment) -
 
 
 def _makespan(problem: Problem, a: Assignment) -> float:
-    state = LoadState(problem.hw, problem.model.pipelined)
-    for ch in a.choices:
-        for grp, ranks in zip(ch.cand.groups, ch.ranks, strict=True):
-            state.apply(grp, ranks)
+    state = LoadState.of_choices(problem.hw, problem.model.pipelined, a.choices)
     return float(state.load().max())
 
 

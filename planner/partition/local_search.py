@@ -64,10 +64,7 @@ class LocalSearch:
         self.cands = cands
         self.choices = assignment.choices
         self.assignment = assignment
-        self.state = LoadState(problem.hw, problem.model.pipelined)
-        for ch in self.choices:
-            for grp, ranks in zip(ch.cand.groups, ch.ranks, strict=True):
-                self.state.apply(grp, ranks)
+        self.state = LoadState.of_choices(problem.hw, problem.model.pipelined, self.choices)
         self.masks = [allowed_mask(problem, t) for t in range(len(problem.tables))]
         self.pieces = _Pieces(self.choices)
         self.stats = SearchStats()
@@ -153,7 +150,7 @@ class LocalSearch:
             ok &= self._fits(np.full(len(others), a), rb, add_idx=others)
             # b moves to s: check s's memory with a gone and b added.
             ok &= self._fits(others, np.full(len(others), s), add_idx=np.full(len(others), a))
-            ma, mb = self.masks[pc.table[a]], None
+            ma = self.masks[pc.table[a]]
             if ma is not None:
                 ok &= ma[rb]
             for j in np.flatnonzero(ok):

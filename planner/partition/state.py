@@ -1,11 +1,15 @@
 """Per-GPU loads and per-tier memory use while pieces are placed, and how one group lands."""
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from cost_models import HardwareProfile
 from planner.candidates import Candidate, Group, Scope
+
+if TYPE_CHECKING:
+    from planner.partition.assignment import TableChoice
 
 _INF = float("inf")
 
@@ -33,6 +37,16 @@ class LoadState:
         self.ddr = np.zeros(hw.hosts, dtype=np.int64)
         self.ssd = np.zeros(hw.hosts, dtype=np.int64)
         self.host_of = np.arange(self.w) // self.g
+
+    @classmethod
+    def of_choices(cls, hw: HardwareProfile, pipelined: bool,
+                   choices: "list[TableChoice]") -> "LoadState":
+        """The loads and memory of a whole assignment."""
+        state = cls(hw, pipelined)
+        for ch in choices:
+            for grp, ranks in zip(ch.cand.groups, ch.ranks, strict=True):
+                state.apply(grp, ranks)
+        return state
 
     def copy(self) -> "LoadState":
         new = LoadState.__new__(LoadState)
