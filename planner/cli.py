@@ -179,6 +179,19 @@ def presets_cmd() -> None:
     out.print("model fixtures: " + ", ".join(fixture_names()))
 
 
+def _register_commands() -> None:
+    # Commands owned by other packages: serve (api), execute (executor), export/import (interop).
+    from api.cli import register as register_service
+    from planner.executor.cli import register as register_executor
+    from planner.interop.cli import register as register_interop
+
+    for register in (register_service, register_executor, register_interop):
+        register(app)
+
+
+_register_commands()
+
+
 def main() -> None:
     app()
 

@@ -1,0 +1,1 @@
+"""The HTTP service: a FastAPI app around `planner.plan()` (DESIGN.md, "The service")."""

@@ -1,0 +1,1 @@
+"""The PyTorch executor: runs a plan on torch.distributed and measures it (DESIGN.md)."""

@@ -1,0 +1,1 @@
+"""Interoperability with other tools' formats (TorchRec)."""
