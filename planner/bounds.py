@@ -18,7 +18,7 @@ bisection over the candidates' max_piece values; it is a valid lower bound.
 None of this reads the plan the partitioner chose.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -34,6 +34,11 @@ class LowerBound:
     balanced_s: float  # the combined bound: smallest M with S(M) <= W*M
     memory_priced: bool
     prices: tuple[float, float, float]  # lambda for HBM, DDR, SSD, seconds per byte
+    solver_s: float = 0.0  # CP-SAT's best bound on the exact model, when it ran
+
+    def with_solver(self, solver_s: float) -> "LowerBound":
+        """Adopt the solver's bound where it is tighter (it is valid over the same space)."""
+        return replace(self, value_s=max(self.value_s, solver_s), solver_s=solver_s)
 
 
 def _matrix(cands: list[list[Candidate]], attr: str) -> np.ndarray:

@@ -18,6 +18,7 @@ from planner.errors import BadInputError, PlannerError
 from planner.plan_model import EvaluateInput, Plan, PlanLayout
 from planner.planning import evaluate, plan
 from planner.presets import DEFAULT_PRESET, fixture_names, fixture_text, preset_dict, preset_names
+from planner.progress import solver_progress
 from planner.spec import HardwareSpec, ModelSpec, PlanRequest
 from planner.validation import parse_json_model
 
@@ -72,9 +73,13 @@ def plan_cmd(
     hosts: Annotated[int | None, typer.Option(help="number of hosts")] = None,
     output: Annotated[Path | None, typer.Option("-o", "--output", help="write plan JSON")] = None,
     fmt: Annotated[Format, typer.Option("--format")] = Format.table,
-    solver: Annotated[str, typer.Option(help="auto | greedy | ilp")] = "auto",
-    time_limit: Annotated[float, typer.Option(help="solver time limit, seconds")] = 10.0,
-    seed: Annotated[int, typer.Option()] = 0,
+    solver: Annotated[str, typer.Option(help="auto (heuristic, then CP-SAT when the gap is "
+                                             "over 1%) | greedy | ilp (always CP-SAT)")] = "auto",
+    time_limit: Annotated[float, typer.Option(
+        help="CP-SAT budget in deterministic seconds (about one second each on one core; "
+             "deterministic, so the same request gives the same plan)")] = 2.0,
+    seed: Annotated[int, typer.Option(help="CP-SAT and re-pack random seed")] = 0,
+    quiet: Annotated[bool, typer.Option("-q", "--quiet", help="no live progress")] = False,
     verbose: Annotated[bool, typer.Option("-v", "--verbose", help="log decisions")] = False,
 ) -> None:
     """Plan MODEL on a hardware preset or spec and print the plan."""
@@ -96,7 +101,8 @@ def plan_cmd(
         raw = {"model": model_raw, "hardware": hw,
                "options": {"solver": solver, "time_limit_s": time_limit, "seed": seed}}
         start = time.perf_counter()
-        result = plan(raw)
+        with solver_progress(err, not quiet) as progress:
+            result = plan(raw, progress)
         seconds = time.perf_counter() - start
     except PlannerError as exc:
         _fail(exc)

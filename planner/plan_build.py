@@ -18,6 +18,7 @@ from planner.plan_model import (
     HostReport,
     Plan,
     PlanLayout,
+    SolverPoint,
     Summary,
 )
 from planner.problem import Problem
@@ -82,6 +83,8 @@ def build_plan(
     status: str,
     warnings: list[str],
     decisions: list[str],
+    det_time: float = 0.0,
+    history: list[SolverPoint] | None = None,
 ) -> Plan:
     hw = problem.hw
     pipelined = problem.model.pipelined
@@ -116,6 +119,8 @@ def build_plan(
         lower_bound_note=_bound_note(bound),
         solver=solver,
         status=status,
+        solver_det_time=det_time,
+        solver_history=history or [],
         tables_per_type=dict(sorted(Counter(t.sharding_type.value for t in layout.tables).items())),
         tables_per_tier=dict(sorted(Counter(t.tier.value for t in layout.tables).items())),
         warnings=warnings,
@@ -140,4 +145,6 @@ def _bound_note(b: LowerBound) -> str:
         parts[0] += " (with memory caps priced in)"
     parts.append(f"largest unsplittable piece {b.largest_piece_s:.6g} s")
     parts.append(f"work that fits under the makespan {b.balanced_s:.6g} s")
-    return "max of " + " and ".join(parts) + ", over all plans in the candidate space"
+    if b.solver_s > 0:
+        parts.append(f"CP-SAT's proven bound on the exact model {b.solver_s:.6g} s")
+    return "max of " + ", ".join(parts) + ", over all plans in the candidate space"

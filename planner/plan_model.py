@@ -66,6 +66,14 @@ class HostReport(StrictModel):
     ssd_cap_bytes: int
 
 
+class SolverPoint(StrictModel):
+    """The solver's incumbent and bound at a point of its deterministic-time budget."""
+
+    det_time: float  # CP-SAT deterministic seconds (its work counters, not the clock)
+    incumbent_s: float
+    bound_s: float | None
+
+
 class Summary(StrictModel):
     step_time_s: float  # the slowest GPU's estimate: the sparse part's step time
     mean_gpu_time_s: float
@@ -74,7 +82,9 @@ class Summary(StrictModel):
     gap: float  # step_time / lower_bound - 1
     lower_bound_note: str
     solver: str
-    status: str
+    status: str  # optimal | feasible (stopped at the limit) | local optimum | ...
+    solver_det_time: float = 0.0  # deterministic, so the plan stays byte-identical
+    solver_history: list[SolverPoint] = Field(default_factory=list)
     tables_per_type: dict[str, int]
     tables_per_tier: dict[str, int]
     warnings: list[str]

@@ -14,12 +14,13 @@ from planner.candidates import (
 )
 from planner.errors import InfeasibleError
 from planner.partition.assignment import Assignment
+from planner.partition.cpsat import ProgressFn, SolveResult, repack, solve_exact
 from planner.partition.greedy import greedy
 from planner.partition.local_search import local_search
 from planner.partition.state import LoadState
 from planner.plan_build import build_plan
 from planner.plan_model import Plan as Plan
-from planner.plan_model import PlanLayout, PlanPiece, TablePlan
+from planner.plan_model import PlanLayout, PlanPiece, SolverPoint, TablePlan
 from planner.presets import resolve_hardware
 from planner.problem import Problem, build_problem
 from planner.spec import PlanRequest, ResolvedRequest
@@ -30,6 +31,9 @@ log = logging.getLogger("planner")
 # Local-search step budget: steps, not seconds, so the same request gives the same plan.
 _STEPS_PER_TABLE = 20
 _MIN_STEPS = 2000
+# auto: a plan this close to the bound is good enough; CP-SAT runs only for plans further
+# away, and stops as soon as it gets this close.
+AUTO_GAP = 0.01
 
 
 def resolve(request: PlanRequest | ResolvedRequest | dict[str, Any]) -> ResolvedRequest:
@@ -144,9 +148,11 @@ def _best_start(problem: Problem, cands: list[list[Candidate]], bound: LowerBoun
     return best
 
 
-def plan(request: PlanRequest | ResolvedRequest | dict[str, Any]) -> Plan:
+def plan(request: PlanRequest | ResolvedRequest | dict[str, Any],
+         progress: ProgressFn | None = None) -> Plan:
     """Plan the sharding of a model's embedding tables on a cluster.
 
+    `progress`, if given, is called with each improvement CP-SAT finds (the CLI shows them).
     Raises BadInputError (a field and table named) for malformed input and InfeasibleError
     (a table or cap, and the bytes short) when no plan fits.
     """
@@ -156,14 +162,50 @@ def plan(request: PlanRequest | ResolvedRequest | dict[str, Any]) -> Plan:
     bound = lower_bound(problem, cands)
     log.info("%d tables, %d candidates, lower bound %.6g s", len(cands),
              sum(len(c) for c in cands), bound.value_s)
-    assignment = _best_start(problem, cands, bound)
+    heuristic = _best_start(problem, cands, bound)
+    solved = _solve(problem, cands, bound, heuristic, req, progress)
+    assignment = solved.assignment if solved is not None else heuristic
+    if solved is not None and solved.bound_s is not None:
+        bound = bound.with_solver(solved.bound_s)
     layout = layout_of(problem, assignment)
     warnings = []
     tiers = {c.cand.tier.value for c in assignment.choices}
     if tiers - {"hbm"}:
         warnings.append("plan uses slower memory tiers: " + ", ".join(sorted(tiers - {"hbm"})))
-    return build_plan(layout, problem, bound, assignment.solver, assignment.status, warnings,
-                      _decisions(problem, slow, bound, assignment))
+    solver, status = assignment.solver, assignment.status
+    det, history = 0.0, []
+    if solved is not None:
+        # The status is CP-SAT's, whichever of the two found the plan: "optimal" means
+        # proven optimal over the candidate space.
+        if solved.assignment is heuristic:
+            solver = f"{assignment.solver} + cp-sat"
+        status = solved.status
+        det = solved.det_time
+        history = [SolverPoint(det_time=p.det_time, incumbent_s=p.incumbent_s,
+                               bound_s=p.bound_s) for p in solved.history]
+    return build_plan(layout, problem, bound, solver, status, warnings,
+                      _decisions(problem, slow, bound, assignment), det, history)
+
+
+def _solve(problem: Problem, cands: list[list[Candidate]], bound: LowerBound,
+           start: Assignment, req: ResolvedRequest,
+           progress: ProgressFn | None) -> SolveResult | None:
+    """CP-SAT after the heuristic, as the options ask: `greedy` never, `ilp` always, `auto`
+    unless the heuristic plan is already within AUTO_GAP of the bound. The exact model when it
+    is small enough, else the re-pack. The result is never worse than `start`."""
+    opts = req.options
+    if opts.solver == "greedy":
+        return None
+    gap = _makespan(problem, start) / bound.value_s - 1 if bound.value_s > 0 else 0.0
+    if opts.solver == "auto" and gap <= AUTO_GAP:
+        start.notes.append(f"heuristic plan within {AUTO_GAP:.1%} of the bound: CP-SAT skipped")
+        return None
+    target = AUTO_GAP if opts.solver == "auto" else None
+    result = solve_exact(problem, cands, start, opts.time_limit_s, opts.seed, bound.value_s,
+                         target, progress)
+    if result is None:
+        result = repack(problem, cands, start, opts.time_limit_s, opts.seed, progress)
+    return result
 
 
 def evaluate(layout: PlanLayout) -> Plan:

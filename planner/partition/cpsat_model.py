@@ -1,0 +1,294 @@
+"""The CP-SAT model of the partition: one candidate per table, a place for every group, caps,
+minimise the slowest GPU.
+
+Variables, per table t and candidate c (DESIGN.md, "Partitioning"):
+  x[t,c]             the table uses candidate c (exactly one per table);
+  GPU scope          y[t,c,g,r]: group g (one piece) on rank r, sum_r y = x;
+  HOST_FIXED scope   z[t,c,g,h]: group g on host h (piece j on the host's j-th GPU), sum_h z = x;
+  HOST_FREE scope    z[t,c,h] and v[t,c,j,h,l]: piece j on local GPU l of host h, each piece
+                     once on the chosen host, at most one piece per GPU;
+  WORLD scope        fixed: piece i on rank i whenever x is set.
+Per GPU r, load_r = base_r + sum of the chosen pieces' seconds <= T (compute and communication
+each <= T when the step is pipelined); HBM per GPU and DDR and SSD per host stay under caps.
+
+Seconds become integers in units of `unit`, rounded down. Every plan's true load is then at
+least unit * its integer load, so unit * (the solver's bound) is a valid lower bound on the
+true makespan; the plan itself is re-costed exactly by plan_build.
+
+The same builder serves the exact model (every table, every GPU) and the large-neighbourhood
+re-pack (a few GPUs, the tables that live only on them, the rest fixed as base load).
+"""
+
+from dataclasses import dataclass, field
+
+import numpy as np
+from ortools.sat.python import cp_model
+
+from planner.candidates import Candidate, Group, Scope
+from planner.partition.assignment import TableChoice
+from planner.partition.state import LoadState
+from planner.problem import Problem
+
+
+@dataclass
+class _GroupPlacement:
+    """The variables that place one group, and the ranks each one stands for."""
+
+    options: list[tuple[cp_model.IntVar, np.ndarray]] = field(default_factory=list)
+    # HOST_FREE only: per host, its z var and the v vars [piece][local GPU] (None if absent).
+    free: list[tuple[int, cp_model.IntVar, list[list[cp_model.IntVar | None]]]] = field(
+        default_factory=list)
+
+
+@dataclass
+class _CandVars:
+    cand: Candidate
+    x: cp_model.IntVar
+    groups: list[_GroupPlacement]
+
+
+@dataclass
+class _Load:
+    """Linear terms of one GPU's (or host's) resources."""
+
+    vars: list[cp_model.IntVar] = field(default_factory=list)
+    comp: list[int] = field(default_factory=list)
+    comm: list[int] = field(default_factory=list)
+    mem: list[int] = field(default_factory=list)  # HBM for a GPU
+    mem2: list[int] = field(default_factory=list)  # SSD for a host (mem is DDR)
+
+
+class PartitionModel:
+    """Builds the model over the ranks in `scope` for the tables in `free`; the loads and
+    memory of everything else come in `base`."""
+
+    def __init__(self, problem: Problem, cands: list[list[Candidate]], free: list[int],
+                 scope: np.ndarray, base: LoadState, unit: float,
+                 allow_world: bool) -> None:
+        self.problem, self.unit = problem, unit
+        hw = problem.hw
+        self.g, self.w, self.hosts = hw.gpus_per_host, hw.world_size, hw.hosts
+        self.scope = scope
+        self.base = base
+        self.model = cp_model.CpModel()
+        self.gpu = [_Load() for _ in range(self.w)]
+        self.host = [_Load() for _ in range(self.hosts)]
+        whole_hosts = scope.reshape(self.hosts, self.g).all(axis=1)
+        self.tables: dict[int, list[_CandVars]] = {}
+        for t in free:
+            allowed = scope.copy()
+            pins = problem.tables[t].constraints.pinned_ranks
+            if pins:
+                mask = np.zeros(self.w, dtype=bool)
+                mask[list(pins)] = True
+                allowed &= mask
+            entries = []
+            for ci, cand in enumerate(cands[t]):
+                if cand.scope is Scope.WORLD and not allow_world:
+                    continue
+                entry = self._candidate(t, ci, cand, allowed, whole_hosts)
+                if entry is not None:
+                    entries.append(entry)
+            self.tables[t] = entries
+            self.model.add_exactly_one(e.x for e in entries)
+        self.makespan = self._limits()
+
+    # Integer seconds, rounded down (see the module docstring for why down).
+    def _ticks(self, seconds: np.ndarray) -> np.ndarray:
+        return np.floor(np.asarray(seconds, dtype=np.float64) / self.unit).astype(np.int64)
+
+    def _add_piece(self, var: cp_model.IntVar, rank: int, comp: int, comm: int, hbm: int,
+                   ddr: int, ssd: int) -> None:
+        gl = self.gpu[rank]
+        gl.vars.append(var)
+        gl.comp.append(comp)
+        gl.comm.append(comm)
+        gl.mem.append(hbm)
+        hl = self.host[rank // self.g]
+        if ddr or ssd:
+            hl.vars.append(var)
+            hl.mem.append(ddr)
+            hl.mem2.append(ssd)
+
+    def _add_group(self, var: cp_model.IntVar, grp: Group, ranks: np.ndarray,
+                   pieces: np.ndarray | None = None) -> None:
+        comp, comm = self._ticks(grp.comp), self._ticks(grp.comm)
+        idx = range(len(grp)) if pieces is None else pieces
+        for j, r in zip(idx, ranks.tolist(), strict=True):
+            self._add_piece(var, r, int(comp[j]), int(comm[j]), int(grp.hbm[j]),
+                            int(grp.ddr[j]), int(grp.ssd[j]))
+
+    def _candidate(self, t: int, ci: int, cand: Candidate, allowed: np.ndarray,
+                   whole_hosts: np.ndarray) -> _CandVars | None:
+        m, g = self.model, self.g
+        hw = self.problem.hw
+        host_ok = whole_hosts & allowed.reshape(self.hosts, g).all(axis=1)
+        if not self._placeable(cand, allowed, host_ok):
+            return None
+        x = m.new_bool_var(f"x_t{t}_c{ci}")
+        entry = _CandVars(cand, x, [])
+        for gi, grp in enumerate(cand.groups):
+            place = _GroupPlacement()
+            if cand.scope is Scope.WORLD:
+                place.options.append((x, np.arange(self.w)))
+                self._add_group(x, grp, np.arange(self.w))
+            elif cand.scope is Scope.GPU:
+                fits = allowed & (grp.hbm[0] <= hw.hbm_cap)
+                for r in np.flatnonzero(fits).tolist():
+                    y = m.new_bool_var(f"y_t{t}_c{ci}_g{gi}_r{r}")
+                    place.options.append((y, np.array([r])))
+                    self._add_group(y, grp, np.array([r]))
+                m.add(sum(v for v, _ in place.options) == x)
+            elif cand.scope is Scope.HOST_FIXED:
+                for h in np.flatnonzero(host_ok).tolist():
+                    z = m.new_bool_var(f"z_t{t}_c{ci}_g{gi}_h{h}")
+                    ranks = h * g + np.arange(len(grp))
+                    place.options.append((z, ranks))
+                    self._add_group(z, grp, ranks)
+                m.add(sum(v for v, _ in place.options) == x)
+            else:
+                self._host_free(t, ci, gi, grp, host_ok, place, x)
+            entry.groups.append(place)
+        return entry
+
+    def _placeable(self, cand: Candidate, allowed: np.ndarray, host_ok: np.ndarray) -> bool:
+        """Whether every group has at least one place in this model's scope."""
+        if cand.scope is Scope.WORLD:
+            return bool(allowed.all())
+        if cand.scope is Scope.GPU:
+            return bool(allowed.any()) and cand.max_piece_hbm <= self.problem.hw.hbm_cap
+        return bool(host_ok.any())
+
+    def _host_free(self, t: int, ci: int, gi: int, grp: Group, host_ok: np.ndarray,
+                   place: _GroupPlacement, x: cp_model.IntVar) -> None:
+        m, g, k = self.model, self.g, len(grp)
+        comp, comm = self._ticks(grp.comp), self._ticks(grp.comm)
+        zs = []
+        for h in np.flatnonzero(host_ok).tolist():
+            z = m.new_bool_var(f"z_t{t}_c{ci}_g{gi}_h{h}")
+            zs.append(z)
+            v: list[list[cp_model.IntVar | None]] = []
+            for j in range(k):
+                row = []
+                for loc in range(g):
+                    var = m.new_bool_var(f"v_t{t}_c{ci}_g{gi}_h{h}_p{j}_l{loc}")
+                    row.append(var)
+                    self._add_piece(var, h * g + loc, int(comp[j]), int(comm[j]),
+                                    int(grp.hbm[j]), int(grp.ddr[j]), int(grp.ssd[j]))
+                m.add(sum(row) == z)
+                v.append(row)
+            for loc in range(g):
+                m.add(sum(v[j][loc] for j in range(k)) <= z)
+            place.free.append((h, z, v))
+        if zs:
+            m.add(sum(zs) == x)
+
+    def _limits(self) -> cp_model.IntVar:
+        m, hw, base = self.model, self.problem.hw, self.base
+        pipelined = self.problem.model.pipelined
+        base_comp, base_comm = self._ticks(base.comp), self._ticks(base.comm)
+        base_load = np.maximum(base_comp, base_comm) if pipelined else base_comp + base_comm
+        ranks = np.flatnonzero(self.scope)
+        upper = int(base_load[ranks].max()) if len(ranks) else 0
+        for r in ranks.tolist():
+            gl = self.gpu[r]
+            upper += int(max(sum(gl.comp), sum(gl.comm)) if pipelined
+                         else sum(gl.comp) + sum(gl.comm))
+        t_var = m.new_int_var(0, max(upper, 1), "makespan")
+        for r in ranks.tolist():
+            gl = self.gpu[r]
+            if pipelined:
+                m.add(cp_model.LinearExpr.weighted_sum(gl.vars, gl.comp) + int(base_comp[r])
+                      <= t_var)
+                m.add(cp_model.LinearExpr.weighted_sum(gl.vars, gl.comm) + int(base_comm[r])
+                      <= t_var)
+            else:
+                both = [a + b for a, b in zip(gl.comp, gl.comm, strict=True)]
+                m.add(cp_model.LinearExpr.weighted_sum(gl.vars, both) + int(base_load[r])
+                      <= t_var)
+            free_hbm = int(hw.hbm_cap - base.hbm[r])
+            if gl.vars and sum(gl.mem) > free_hbm:
+                m.add(cp_model.LinearExpr.weighted_sum(gl.vars, gl.mem) <= free_hbm)
+        for h, hl in enumerate(self.host):
+            if not hl.vars:
+                continue
+            free_ddr, free_ssd = int(hw.ddr_cap - base.ddr[h]), int(hw.ssd_cap - base.ssd[h])
+            if sum(hl.mem) > free_ddr:
+                m.add(cp_model.LinearExpr.weighted_sum(hl.vars, hl.mem) <= free_ddr)
+            if sum(hl.mem2) > free_ssd:
+                m.add(cp_model.LinearExpr.weighted_sum(hl.vars, hl.mem2) <= free_ssd)
+        m.minimize(t_var)
+        return t_var
+
+    @property
+    def num_vars(self) -> int:
+        return len(self.model.proto.variables)
+
+    def hint(self, choices: dict[int, TableChoice]) -> None:
+        """Hint every variable: the given choices set, everything else clear, and the
+        makespan those choices give in the model's own integer units."""
+        m = self.model
+        on: set[int] = set()
+        for t, entries in self.tables.items():
+            ch = choices[t]
+            for e in entries:
+                if e.cand is not ch.cand:
+                    continue
+                on.add(e.x.index)
+                for place, ranks in zip(e.groups, ch.ranks, strict=True):
+                    target = np.asarray(ranks)
+                    for var, rk in place.options:
+                        if np.array_equal(rk, target):
+                            on.add(var.index)
+                    for h, z, v in place.free:
+                        if int(target[0]) // self.g != h:
+                            continue
+                        on.add(z.index)
+                        for j, r in enumerate(target.tolist()):
+                            var = v[j][r - h * self.g]
+                            if var is not None:
+                                on.add(var.index)
+        for i in range(len(m.proto.variables)):
+            if i == self.makespan.index:
+                continue
+            m.add_hint(m.get_bool_var_from_proto_index(i), i in on)
+        m.add_hint(self.makespan, self._hinted_makespan(on))
+
+    def _hinted_makespan(self, on: set[int]) -> int:
+        pipelined = self.problem.model.pipelined
+        base_comp, base_comm = self._ticks(self.base.comp), self._ticks(self.base.comm)
+        worst = 0
+        for r in np.flatnonzero(self.scope).tolist():
+            gl = self.gpu[r]
+            comp = int(base_comp[r]) + sum(c for v, c in zip(gl.vars, gl.comp, strict=True)
+                                           if v.index in on)
+            comm = int(base_comm[r]) + sum(c for v, c in zip(gl.vars, gl.comm, strict=True)
+                                           if v.index in on)
+            worst = max(worst, max(comp, comm) if pipelined else comp + comm)
+        return worst
+
+    def extract(self, solver: cp_model.CpSolver) -> dict[int, TableChoice]:
+        """The choices of the solver's best solution, for the tables this model decides."""
+        out: dict[int, TableChoice] = {}
+        for t, entries in self.tables.items():
+            for e in entries:
+                if not solver.boolean_value(e.x):
+                    continue
+                ranks = []
+                for place in e.groups:
+                    ranks.append(self._ranks_of(solver, place))
+                out[t] = TableChoice(e.cand, ranks)
+                break
+        return out
+
+    def _ranks_of(self, solver: cp_model.CpSolver, place: _GroupPlacement) -> np.ndarray:
+        for var, ranks in place.options:
+            if solver.boolean_value(var):
+                return ranks
+        for h, z, v in place.free:
+            if not solver.boolean_value(z):
+                continue
+            local = [next(loc for loc, var in enumerate(row)
+                          if var is not None and solver.boolean_value(var)) for row in v]
+            return h * self.g + np.array(local, dtype=np.int64)
+        raise AssertionError("a chosen candidate's group has no placement in the solution")
