@@ -1,8 +1,125 @@
 """CLI commands of this package, registered on the main `planner` app by planner/cli.py.
 Heavy imports stay inside the command functions so `planner plan` starts fast."""
 
+import json
+import sys
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated
+
 import typer
+
+# Exit codes beside planner's (0 ok, 2 bad input): a check failed, a rank failed.
+EXIT_CHECK_FAILED = 1
+EXIT_RANK_FAILED = 4
+
+
+class Device(StrEnum):
+    cpu = "cpu"
+    cuda = "cuda"
+
+
+class Policy(StrEnum):
+    lfu = "lfu"
+    lru = "lru"
+
+
+class Format(StrEnum):
+    table = "table"
+    json = "json"
 
 
 def register(app: typer.Typer) -> None:
     """Add this package's commands to `app`."""
+
+    @app.command("execute")
+    def execute_cmd(
+        plan: Annotated[Path, typer.Argument(help="plan JSON (from `planner plan -o`)")],
+        scale_rows: Annotated[float, typer.Option(
+            help="run every table with this fraction of its rows (same shape of plan)")] = 1.0,
+        batch: Annotated[int | None, typer.Option(help="samples per rank (default: the "
+                                                       "plan's)")] = None,
+        steps: Annotated[int, typer.Option(help="training steps measured")] = 5,
+        warmup_steps: Annotated[int, typer.Option(
+            help="forward-only steps first, to warm caches")] = 0,
+        seed: Annotated[int, typer.Option()] = 0,
+        lr: Annotated[float, typer.Option(help="learning rate")] = 0.01,
+        device: Annotated[Device, typer.Option(help="cpu (gloo) or cuda (NCCL)")] = Device.cpu,
+        cache_policy: Annotated[Policy, typer.Option()] = Policy.lfu,
+        timeout: Annotated[float, typer.Option(help="seconds for the whole run")] = 600.0,
+        collective_timeout: Annotated[float, typer.Option(
+            help="seconds a collective may wait for a peer")] = 60.0,
+        reference: Annotated[bool, typer.Option(
+            help="check outputs and weights against the unsharded reference")] = True,
+        run_dir: Annotated[Path | None, typer.Option(
+            help="keep the ranks' files here (default: a temporary directory)")] = None,
+        prepare_only: Annotated[bool, typer.Option(
+            help="write the job to --run-dir and print the torchrun command")] = False,
+        collect: Annotated[bool, typer.Option(
+            help="report on a finished torchrun run in --run-dir")] = False,
+        output: Annotated[Path | None, typer.Option("-o", "--output",
+                                                    help="write the report JSON")] = None,
+        fmt: Annotated[Format, typer.Option("--format")] = Format.table,
+    ) -> None:
+        """Run PLAN for real on torch.distributed, one process per rank, and check it against
+        the cost model and an unsharded reference. Exit 1 if a check fails, 4 if a rank dies
+        or hangs."""
+        from rich.console import Console
+
+        from planner.errors import PlannerError
+        from planner.plan_model import Plan
+        from planner.validation import parse_json_model
+
+        err = Console(stderr=True, soft_wrap=True)
+        try:
+            plan_obj = parse_json_model(Plan, plan.read_text(), "plan")
+        except (OSError, PlannerError) as exc:
+            err.print(f"[red]error:[/] {exc}", highlight=False)
+            raise typer.Exit(2) from exc
+        try:
+            import torch  # noqa: F401
+        except ImportError as exc:
+            err.print("[red]error:[/] the executor needs torch: pip install -e '.[executor]'")
+            raise typer.Exit(2) from exc
+        from planner.executor.job import RunOptions
+        from planner.executor.launch import RankFailure
+        from planner.executor.run import collect as collect_run
+        from planner.executor.run import execute, prepare
+
+        opts = RunOptions(steps=steps, warmup_steps=warmup_steps, seed=seed, lr=lr,
+                          device=device.value, cache_policy=cache_policy.value,
+                          collective_timeout_s=collective_timeout)
+        if (prepare_only or collect) and run_dir is None:
+            err.print("[red]error:[/] --prepare-only and --collect need --run-dir")
+            raise typer.Exit(2)
+        try:
+            if prepare_only:
+                assert run_dir is not None
+                world = prepare(plan_obj, opts, run_dir, scale_rows, batch, reference)
+                print(f"torchrun --nnodes HOSTS --nproc-per-node GPUS_PER_HOST "
+                      f"--rdzv-endpoint HOST0:29500 -m planner.executor.worker {run_dir}\n"
+                      f"({world} ranks in all), then: planner execute {plan} --run-dir "
+                      f"{run_dir} --collect")
+                return
+            if collect:
+                assert run_dir is not None
+                rep = collect_run(run_dir)
+            else:
+                rep = execute(plan_obj, opts, scale_rows, batch, run_dir, timeout, reference)
+        except RankFailure as exc:
+            err.print(f"[red]error:[/] {exc}", highlight=False)
+            raise typer.Exit(EXIT_RANK_FAILED) from exc
+        except ValueError as exc:
+            err.print(f"[red]error:[/] {exc}", highlight=False)
+            raise typer.Exit(2) from exc
+        body = json.dumps(rep.to_json(), indent=1) + "\n"
+        if output is not None:
+            output.write_text(body)
+        if fmt is Format.json:
+            sys.stdout.write(body)
+        else:
+            from planner.executor.report import render
+
+            render(rep, Console(soft_wrap=False, width=160))
+        if not rep.ok:
+            raise typer.Exit(EXIT_CHECK_FAILED)

@@ -1,0 +1,73 @@
+"""A small plan with every sharding type and memory tier on 2 hosts x 2 GPUs: what the tests
+and the benchmark run on 4 CPU ranks. Hand-made layout, scored by `planner.planning.evaluate`
+(and so checked by `planner check`'s checker)."""
+
+from typing import Any
+
+from planner.plan_model import Plan, PlanLayout
+from planner.presets import preset_dict
+
+HOSTS, GPUS_PER_HOST = 2, 2
+
+
+def _piece(rank: int, row0: int, rows: int, col0: int, cols: int) -> dict[str, int]:
+    return {"rank": rank, "host": rank // GPUS_PER_HOST, "row_offset": row0,
+            "row_count": rows, "col_offset": col0, "col_count": cols}
+
+
+def _table(name: str, rows: int, dim: int, pooling: float, access: dict[str, Any],
+           optimizer: str, data_type: str = "fp32") -> dict[str, Any]:
+    return {"name": name, "num_embeddings": rows, "embedding_dim": dim,
+            "pooling_factor": pooling, "access_frequency": access, "optimizer": optimizer,
+            "data_type": data_type}
+
+
+def _split(rows: int, ranks: list[int], col0: int, cols: int) -> list[dict[str, int]]:
+    n = len(ranks)
+    return [_piece(r, rows * i // n, rows * (i + 1) // n - rows * i // n, col0, cols)
+            for i, r in enumerate(ranks)]
+
+
+def all_types_plan(fwd: str = "fp32", bwd: str = "fp32", batch: int = 32) -> Plan:
+    from planner.planning import evaluate
+
+    uni: dict[str, Any] = {"kind": "uniform"}
+    tables = [
+        _table("tw_hbm", 64, 8, 3, uni, "rowwise_adagrad"),
+        _table("tw_fp16_ddr", 48, 8, 2, uni, "sgd", "fp16"),
+        _table("cw_cache", 400, 8, 4, {"kind": "zipf", "alpha": 1.1}, "rowwise_adagrad"),
+        _table("rw_ddr", 100, 4, 3, uni, "sgd"),
+        _table("twrw_ssd", 96, 4, 2.5, uni, "rowwise_adagrad"),
+        _table("twcw_hbm", 40, 8, 2, uni, "adagrad"),
+        _table("grid_cache", 120, 8, 3, {"kind": "curve", "points": [[0.2, 0.8]]},
+               "rowwise_adagrad"),
+        _table("dp_hbm", 32, 4, 2, uni, "adam"),
+        _table("zipf_cache", 2000, 4, 8, {"kind": "zipf", "alpha": 1.05}, "sgd"),
+        _table("zipf_ssd", 1000, 4, 8, {"kind": "zipf", "alpha": 0.9}, "rowwise_adagrad"),
+    ]
+    plans = [
+        ("tw_hbm", "table_wise", "hbm", None, [_piece(0, 0, 64, 0, 8)]),
+        ("tw_fp16_ddr", "table_wise", "ddr", None, [_piece(1, 0, 48, 0, 8)]),
+        ("cw_cache", "column_wise", "hbm_cache", 0.25,
+         [_piece(1, 0, 400, 0, 4), _piece(3, 0, 400, 4, 4)]),
+        ("rw_ddr", "row_wise", "ddr", None, _split(100, [0, 1, 2, 3], 0, 4)),
+        ("twrw_ssd", "table_row_wise", "ssd", 0.25, _split(96, [2, 3], 0, 4)),
+        ("twcw_hbm", "table_column_wise", "hbm", None,
+         [_piece(0, 0, 40, 0, 5), _piece(1, 0, 40, 5, 3)]),
+        ("grid_cache", "grid", "hbm_cache", 0.3,
+         _split(120, [0, 1], 0, 4) + _split(120, [2, 3], 4, 4)),
+        ("dp_hbm", "data_parallel", "hbm", None, [_piece(r, 0, 32, 0, 4) for r in range(4)]),
+        ("zipf_cache", "table_wise", "hbm_cache", 0.1, [_piece(2, 0, 2000, 0, 4)]),
+        ("zipf_ssd", "table_wise", "ssd", 0.1, [_piece(3, 0, 1000, 0, 4)]),
+    ]
+    hw = preset_dict("h100")
+    hw.update(hosts=HOSTS, gpus_per_host=GPUS_PER_HOST)
+    request = {
+        "model": {"name": "executor-demo", "batch_size_per_gpu": batch,
+                  "fwd_comm_precision": fwd, "bwd_comm_precision": bwd, "tables": tables},
+        "hardware": hw,
+    }
+    layout = {"request": request, "tables": [
+        {"name": n, "sharding_type": k, "tier": tier, "cache_ratio": ratio, "pieces": ps}
+        for n, k, tier, ratio, ps in plans]}
+    return evaluate(PlanLayout.model_validate(layout))

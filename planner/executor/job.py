@@ -1,0 +1,53 @@
+"""What every rank reads before it starts: the (scaled) plan and the run options, one JSON file
+in the run directory, plus the names of the files each rank writes there."""
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from planner.plan_model import Plan
+
+JOB_FILE = "job.json"
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    steps: int = 5
+    warmup_steps: int = 0  # forward-only steps first: caches warm up, weights do not change
+    seed: int = 0
+    lr: float = 0.01
+    device: str = "cpu"  # "cpu" (gloo) or "cuda" (NCCL, one GPU per rank)
+    cache_policy: str = "lfu"  # or "lru"
+    collective_timeout_s: float = 60.0
+    keep_outputs: bool = True  # keep pooled outputs and weights for the reference check
+    # Test hook: "die:RANK:STEP" (the rank exits) or "hang:RANK:STEP" (the rank sleeps).
+    fault: str | None = None
+    scale_rows: float = 1.0  # what the plan was scaled by (recorded for the report)
+
+
+def write_job(run_dir: Path, plan: Plan, opts: RunOptions) -> Path:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    path = run_dir / JOB_FILE
+    path.write_text(json.dumps({"plan": plan.model_dump(mode="json"), "options": asdict(opts)}))
+    return path
+
+
+def read_job(run_dir: Path) -> tuple[Plan, RunOptions]:
+    body = json.loads((run_dir / JOB_FILE).read_text())
+    return Plan.model_validate(body["plan"]), RunOptions(**body["options"])
+
+
+def result_file(run_dir: Path, rank: int) -> Path:
+    return run_dir / f"rank{rank}.json"
+
+
+def tensors_file(run_dir: Path, rank: int) -> Path:
+    return run_dir / f"rank{rank}.pt"
+
+
+def heartbeat_file(run_dir: Path, rank: int) -> Path:
+    return run_dir / f"rank{rank}.hb"
+
+
+def error_file(run_dir: Path, rank: int) -> Path:
+    return run_dir / f"rank{rank}.err"

@@ -1,0 +1,78 @@
+"""The arithmetic of lookup, pooling, reduction, gradients and optimizers, shared by the ranks
+and the unsharded reference so both run the very same operations.
+
+Determinism: every sum is a sequential `index_add_` in a fixed order (the global sample order,
+rank-major) or an explicit left fold; optimizer updates touch each row once, over the sorted
+unique ids of a step. On CUDA, `torch.use_deterministic_algorithms(True)` (set by the worker)
+makes `index_add_` avoid order-dependent atomics.
+"""
+
+from dataclasses import dataclass
+
+import torch
+
+from cost_models.types import Optimizer
+
+
+def pool(rows: torch.Tensor, sample: torch.Tensor, samples: int) -> torch.Tensor:
+    """Sum pooling: out[s] = sum of the rows whose sample is s, added in lookup order."""
+    out = torch.zeros((samples, rows.shape[1]), dtype=torch.float32, device=rows.device)
+    return out.index_add_(0, sample, rows)
+
+
+def fold_sum(parts: list[torch.Tensor]) -> torch.Tensor:
+    """((p0 + p1) + p2) + ...: partial sums of row ranges, always in row order."""
+    acc = parts[0]
+    for p in parts[1:]:
+        acc = acc + p
+    return acc
+
+
+def sample_index(lengths: torch.Tensor) -> torch.Tensor:
+    return torch.repeat_interleave(torch.arange(lengths.numel(), device=lengths.device), lengths)
+
+
+def row_grads(ids: torch.Tensor, grads: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(sorted unique ids, the gradient of each: its lookups' gradients added in order)."""
+    uniq, inv = torch.unique(ids, sorted=True, return_inverse=True)
+    g = torch.zeros((uniq.numel(), grads.shape[1]), dtype=torch.float32, device=grads.device)
+    return uniq, g.index_add_(0, inv, grads)
+
+
+def dense_grads(ids: torch.Tensor, grads: torch.Tensor, rows: int) -> torch.Tensor:
+    g = torch.zeros((rows, grads.shape[1]), dtype=torch.float32, device=grads.device)
+    return g.index_add_(0, ids, grads)
+
+
+def state_cols(opt: Optimizer, cols: int) -> int:
+    """fp32 optimizer state per row, as cost_models/sizes.py counts it."""
+    return {Optimizer.SGD: 0, Optimizer.ROWWISE_ADAGRAD: 1, Optimizer.ADAGRAD: cols,
+            Optimizer.ADAM: 2 * cols}[opt]
+
+
+@dataclass(frozen=True)
+class OptimConfig:
+    lr: float = 0.01
+    eps: float = 1e-8
+    beta1: float = 0.9
+    beta2: float = 0.999
+
+
+def apply_optimizer(opt: Optimizer, cfg: OptimConfig, w: torch.Tensor, s: torch.Tensor,
+                    g: torch.Tensor, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """New (weights, state) of rows with gradient g; w and g float32, `step` counts from 1.
+    Row-wise Adagrad keeps one accumulator per row of this column shard (as FBGEMM does)."""
+    if opt is Optimizer.SGD:
+        return w - cfg.lr * g, s
+    if opt is Optimizer.ROWWISE_ADAGRAD:
+        s = s + (g * g).mean(dim=1, keepdim=True)
+        return w - cfg.lr * g / (torch.sqrt(s) + cfg.eps), s
+    if opt is Optimizer.ADAGRAD:
+        s = s + g * g
+        return w - cfg.lr * g / (torch.sqrt(s) + cfg.eps), s
+    d = w.shape[1]
+    m = cfg.beta1 * s[:, :d] + (1 - cfg.beta1) * g
+    v = cfg.beta2 * s[:, d:] + (1 - cfg.beta2) * g * g
+    mhat = m / (1 - cfg.beta1 ** step)
+    vhat = v / (1 - cfg.beta2 ** step)
+    return w - cfg.lr * mhat / (torch.sqrt(vhat) + cfg.eps), torch.cat([m, v], dim=1)

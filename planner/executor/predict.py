@@ -1,0 +1,70 @@
+"""The cost model's figures for each rank and piece of a plan, taken from cost_models only
+(piece_traffic, hit_rate, piece_memory) and the plan's per-GPU cost terms, for the
+configuration that runs (the scaled plan)."""
+
+from dataclasses import dataclass, field
+
+from cost_models import Tier, hit_rate, piece_memory, piece_traffic
+from planner.plan_model import Plan
+from planner.problem import build_problem
+
+
+@dataclass
+class PiecePrediction:
+    key: str
+    table: str
+    kind: str
+    tier: str
+    rank: int
+    ids_bytes: float
+    out_fwd_bytes: float
+    out_bwd_bytes: float
+    hit_rate: float | None  # cached tiers only
+
+
+@dataclass
+class RankPrediction:
+    rank: int
+    bytes: dict[str, float] = field(default_factory=dict)  # per collective, per step
+    memory: dict[str, int] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)
+
+
+def predict(plan: Plan) -> tuple[list[RankPrediction], list[PiecePrediction]]:
+    problem = build_problem(plan.request)
+    hw, model = problem.hw, problem.model
+    by_name = {t.name: t for t in problem.tables}
+    ranks = [RankPrediction(r, {"input_a2a_ids": 0.0, "output_fwd": 0.0, "output_bwd": 0.0,
+                                "allreduce": 0.0}, {"hbm": 0, "ddr": 0, "ssd": 0})
+             for r in range(hw.world_size)]
+    pieces = []
+    for ti, tp in enumerate(plan.tables):
+        geom = by_name[tp.name].geom
+        ratio = tp.cache_ratio if tp.cache_ratio is not None else 1.0
+        for j, p in enumerate(tp.pieces):
+            tr = piece_traffic(geom, tp.sharding_type, tp.tier, ratio, p.row_count, p.col_count,
+                               hw, model)
+            rp = ranks[p.rank]
+            ids = tr.ids_intra + tr.ids_inter
+            fwd = tr.out_fwd_intra + tr.out_fwd_inter
+            bwd = tr.out_bwd_intra + tr.out_bwd_inter
+            rp.bytes["input_a2a_ids"] += ids
+            rp.bytes["output_fwd"] += fwd
+            rp.bytes["output_bwd"] += bwd
+            rp.bytes["allreduce"] += tr.allreduce
+            m = piece_memory(geom, tp.tier, ratio, p.row_count, p.col_count, hw)
+            rp.memory["hbm"] += m.hbm
+            rp.memory["ddr"] += m.ddr
+            rp.memory["ssd"] += m.ssd
+            cached = tp.tier in (Tier.HBM_CACHE, Tier.SSD)
+            pieces.append(PiecePrediction(
+                key=f"{ti}.{j}", table=tp.name, kind=tp.sharding_type.value, tier=tp.tier.value,
+                rank=p.rank, ids_bytes=ids, out_fwd_bytes=fwd, out_bwd_bytes=bwd,
+                hit_rate=hit_rate(geom, tp.tier, ratio, p.row_count) if cached else None))
+    for g in plan.gpus:
+        c = g.cost
+        ranks[g.rank].seconds = {
+            "lookup": c.lookup_s, "backward": c.backward_s, "cache_miss": c.cache_miss_s,
+            "input_a2a": c.input_a2a_s, "output_a2a": c.output_a2a_s,
+            "allreduce": c.allreduce_s, "total": c.total_s}
+    return ranks, pieces

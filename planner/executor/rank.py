@@ -1,0 +1,362 @@
+"""One rank of the executor: its pieces, and one training step over torch.distributed.
+
+A step, per DESIGN.md:
+1. input all-to-all: every rank sends, for each piece, its samples' bag lengths (int32) and the
+   ids that piece serves (int64): all ids for table-/column-wise pieces, the ids in the
+   piece's row range for row-split pieces. Sizes depend on the ids, so a size exchange
+   (8 bytes per rank pair) goes first.
+2. lookup and sum pooling of every piece over the global batch B = b*W.
+3. output all-to-all (forward): table-/column-/row-wise pieces send each owner its b vectors
+   (row-wise: partial sums, summed by the owner in row order). Table-row-wise and grid pieces
+   first reduce-scatter inside the host (the GPU of local index k gets the samples of every
+   rank of local index k), then send each reduced vector to its owner on another host.
+4. loss 0.5*|pooled - target|^2 on the owner; the backward all-to-alls mirror step 3 with the
+   pooled gradients; every piece adds up its rows' gradients and applies the optimizer over
+   the sorted unique ids; data-parallel replicas all-reduce their gradient (ring) instead.
+Every exchange is at the plan's forward/backward communication precision.
+"""
+
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from cost_models.types import CommPrecision
+from planner.executor import kernels, quant, synthetic
+from planner.executor.comm import Comm, Timer
+from planner.executor.job import RunOptions
+from planner.executor.layout import Chunk, ExecLayout, Piece, TableExec
+from planner.executor.store import DenseStore, RowStore, make_store, torch_dtype
+
+
+@dataclass(frozen=True)
+class Item:
+    """One vector block on the wire: `rows` vectors of `piece`'s columns from src to dst."""
+
+    src: int
+    dst: int
+    piece: Piece
+    tag: int  # flat: the owner rank; host stage 1: the local index; host stage 2: the host
+    rows: int
+
+
+def stage_items(lay: ExecLayout) -> tuple[list[Item], list[Item]]:
+    """(stage 1, stage 2) items of the forward output all-to-all, in wire order; the backward
+    runs the same items with src and dst swapped, stage 2 first."""
+    w, g, b = lay.world, lay.gpus_per_host, lay.batch
+    first, second = [], []
+    for t in lay.tables:
+        if t.data_parallel:
+            continue
+        for p in t.pieces:
+            if t.host_reduced:
+                for k in range(g):
+                    q = p.host * g + k
+                    if q != p.rank:
+                        first.append(Item(p.rank, q, p, k, lay.hosts * b))
+            else:
+                first.extend(Item(p.rank, o, p, o, b) for o in range(w) if o != p.rank)
+        if t.host_reduced:
+            for ch in t.chunks:
+                for q in ch.pieces:
+                    k = lay.local_of(q.rank)
+                    for h in range(lay.hosts):
+                        o = h * g + k
+                        if o != q.rank:
+                            second.append(Item(q.rank, o, q, h, b))
+    return first, second
+
+
+@dataclass
+class PieceStats:
+    ids_bytes: int = 0  # id bytes received from other ranks (input all-to-all)
+    lengths_bytes: int = 0  # bag-length bytes received from other ranks
+    out_fwd_bytes: int = 0  # vectors sent (forward output all-to-all, both stages)
+    out_bwd_bytes: int = 0  # gradient vectors received (backward, both stages)
+
+
+class RankExecutor:
+    def __init__(self, lay: ExecLayout, rank: int, device: torch.device, comm: Comm,
+                 opts: RunOptions, work_dir: Path) -> None:
+        self.lay, self.rank, self.device, self.comm, self.opts = lay, rank, device, comm, opts
+        self.optim = kernels.OptimConfig(lr=opts.lr)
+        self.b = lay.batch
+        self.pieces = lay.pieces_on(rank)
+        self.stores: dict[str, RowStore] = {}
+        for p in self.pieces:
+            t = lay.tables[p.table]
+            w, s = self._initial(t, p.row0, p.rows, p.col0, p.cols)
+            self.stores[p.key] = make_store(w, s, t.tier, t.cache_ratio, device,
+                                            opts.cache_policy, work_dir / f"r{rank}_{p.key}")
+        self.replicas: dict[int, DenseStore] = {}
+        for t in lay.tables:
+            if t.data_parallel:
+                w, s = self._initial(t, 0, t.rows, 0, t.dim)
+                self.replicas[t.index] = DenseStore(w, s, t.tier, device)
+        self.items1, self.items2 = stage_items(lay)
+        self.chunk_of: dict[str, Chunk] = {p.key: ch for t in lay.tables for ch in t.chunks
+                                           for p in ch.pieces}
+        g, b = lay.gpus_per_host, self.b
+        # Samples of the ranks of local index k, host by host: what a host stage reduces.
+        self.local_samples = [
+            torch.cat([torch.arange(o * b, (o + 1) * b) for o in range(k, lay.world, g)])
+            .to(device) for k in range(g)]
+        self.stats: dict[str, PieceStats] = defaultdict(PieceStats)
+        self.seconds: dict[str, float] = defaultdict(float)
+        self.timer = Timer(device, self.seconds)
+
+    def _initial(self, t: TableExec, row0: int, rows: int, col0: int, cols: int
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+        w = synthetic.init_weights(self.opts.seed, t.index, t.dim, row0, rows, col0, cols)
+        wt = torch.from_numpy(w).to(torch_dtype(t.data_type))
+        st = torch.zeros((rows, kernels.state_cols(t.optimizer, cols)), dtype=torch.float32)
+        return wt, st
+
+    def _piece_on(self, p: Piece, rank: int) -> Piece:
+        return next(q for q in self.chunk_of[p.key].pieces if q.rank == rank)
+
+    # -- the step --------------------------------------------------------------------------
+
+    def step(self, step: int, train: bool) -> dict[int, torch.Tensor]:
+        """One step; returns this rank's pooled outputs per table, [b, dim] each."""
+        lay, me, b = self.lay, self.rank, self.b
+        self.comm.step = step
+        batches = {t.index: synthetic.id_batch(self.opts.seed, t.index, t.access, t.rows,
+                                               t.pooling, step, me, b) for t in lay.tables}
+        with self.timer("input_a2a"):
+            routed = self._input_a2a(batches)
+        with self.timer("lookup"):
+            pooled, lookups = {}, {}
+            for p in self.pieces:
+                lengths, ids = routed[p.key]
+                sample = kernels.sample_index(lengths)
+                local = ids - p.row0
+                pooled[p.key] = kernels.pool(self.stores[p.key].read(local), sample,
+                                             b * lay.world)
+                lookups[p.key] = (local, sample)
+            for ti, rep in self.replicas.items():
+                lengths, ids = (torch.from_numpy(a).to(self.device) for a in batches[ti])
+                sample = kernels.sample_index(lengths)
+                pooled[f"dp{ti}"] = kernels.pool(rep.read(ids), sample, b)
+                lookups[f"dp{ti}"] = (ids, sample)
+        with self.timer("output_a2a_fwd"):
+            outs = self._output_fwd(pooled)
+        if train:
+            grads = {}
+            for t in lay.tables:
+                target = synthetic.targets(self.opts.seed, t.index, step, me, b, t.dim)
+                grads[t.index] = outs[t.index] - torch.from_numpy(target).to(self.device)
+            with self.timer("output_a2a_bwd"):
+                full = self._output_bwd(grads)
+            with self.timer("backward"):
+                for p in self.pieces:
+                    local, sample = lookups[p.key]
+                    uniq, g = kernels.row_grads(local, full[p.key][sample])
+                    self.stores[p.key].update(uniq, self._updater(
+                        lay.tables[p.table], g, step))
+            with self.timer("allreduce"):
+                dense = {}
+                for ti in self.replicas:
+                    ids, sample = lookups[f"dp{ti}"]
+                    t = lay.tables[ti]
+                    dense[ti] = kernels.dense_grads(ids, grads[ti][sample], t.rows)
+                    self.comm.ring_allreduce("allreduce", dense[ti], lay.bwd_precision)
+            with self.timer("backward"):
+                for ti, rep in self.replicas.items():
+                    every = torch.arange(lay.tables[ti].rows, device=self.device)
+                    rep.update(every, self._updater(lay.tables[ti], dense[ti], step))
+        with self.timer("backward"):
+            for st in self.stores.values():
+                st.end_step()
+        return outs
+
+    def _updater(self, t: TableExec, g: torch.Tensor, step: int
+                 ) -> Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
+        def fn(w: torch.Tensor, s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            return kernels.apply_optimizer(t.optimizer, self.optim, w, s, g, step + 1)
+        return fn
+
+    # -- input all-to-all ------------------------------------------------------------------
+
+    def _input_a2a(self, batches: dict[int, tuple[np.ndarray, np.ndarray]]
+                   ) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+        lay, me, b = self.lay, self.rank, self.b
+        out: list[list[np.ndarray]] = [[] for _ in range(lay.world)]
+        mine: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        sample_of = {ti: np.repeat(np.arange(b), lengths) for ti, (lengths, _) in
+                     batches.items()}
+        for p in lay.sharded_pieces():
+            t = lay.tables[p.table]
+            lengths, ids = batches[t.index]
+            if t.row_split:
+                keep = (ids >= p.row0) & (ids < p.row0 + p.rows)
+                lengths = np.bincount(sample_of[t.index][keep], minlength=b)
+                ids = ids[keep]
+            if p.rank == me:
+                mine[p.key] = (lengths, ids)
+            else:
+                out[p.rank] += [lengths.astype(np.int32).view(np.uint8),
+                                ids.astype(np.int64).view(np.uint8)]
+        send = [torch.from_numpy(np.concatenate(o)) if o else None for o in out]
+        sizes = self.comm.exchange_sizes("input_splits", [
+            0 if s is None else int(s.numel()) for s in send])
+        got = self.comm.alltoall("input_a2a", send, sizes)
+        parts: dict[str, list[tuple[np.ndarray, np.ndarray]]] = defaultdict(list)
+        for src in range(lay.world):
+            buf = None if got[src] is None else got[src].cpu().numpy()
+            at = 0
+            for p in self.pieces:
+                if src == me:
+                    parts[p.key].append(mine[p.key])
+                    continue
+                assert buf is not None
+                lengths = buf[at:at + 4 * b].view(np.int32).astype(np.int64)
+                at += 4 * b
+                n = int(lengths.sum())
+                ids = buf[at:at + 8 * n].copy().view(np.int64)
+                at += 8 * n
+                st = self.stats[p.key]
+                st.lengths_bytes += 4 * b
+                st.ids_bytes += 8 * n
+                parts[p.key].append((lengths, ids))
+        dev = self.device
+        return {k: (torch.from_numpy(np.concatenate([x[0] for x in v])).to(dev),
+                    torch.from_numpy(np.concatenate([x[1] for x in v])).to(dev))
+                for k, v in parts.items()}
+
+    # -- output all-to-alls ----------------------------------------------------------------
+
+    def _exchange(self, name: str, items: list[Item], payload: Callable[[Item], torch.Tensor],
+                  precision: CommPrecision, backward: bool) -> dict[tuple[str, int], torch.Tensor]:
+        """Send every item this rank sends (src, or dst when `backward`), receive the others,
+        one all-to-all; returns the received blocks by (piece key, tag), dequantized."""
+        me, w = self.rank, self.lay.world
+        send: list[list[torch.Tensor]] = [[] for _ in range(w)]
+        expect: list[list[Item]] = [[] for _ in range(w)]
+        sizes = [0] * w
+        for it in items:
+            s, d = (it.dst, it.src) if backward else (it.src, it.dst)
+            if s == me:
+                buf = quant.encode(payload(it), precision)
+                send[d].append(buf)
+                if not backward:
+                    self.stats[it.piece.key].out_fwd_bytes += int(buf.numel())
+            if d == me:
+                expect[s].append(it)
+                sizes[s] += quant.wire_bytes(precision, it.rows, it.piece.cols)
+        got = self.comm.alltoall(name, [torch.cat(x) if x else None for x in send], sizes)
+        result = {}
+        for s in range(w):
+            at = 0
+            for it in expect[s]:
+                n = quant.wire_bytes(precision, it.rows, it.piece.cols)
+                buf = got[s]
+                assert buf is not None
+                result[(it.piece.key, it.tag)] = quant.decode(buf[at:at + n], it.rows,
+                                                              it.piece.cols, precision)
+                if backward:
+                    self.stats[it.piece.key].out_bwd_bytes += n
+                at += n
+        return result
+
+    def _output_fwd(self, pooled: dict[str, torch.Tensor]) -> dict[int, torch.Tensor]:
+        lay, me, b = self.lay, self.rank, self.b
+        prec = lay.fwd_precision
+        k_me, h_me = lay.local_of(me), lay.host_of(me)
+
+        def first(it: Item) -> torch.Tensor:
+            x = pooled[it.piece.key]
+            if lay.tables[it.piece.table].host_reduced:
+                return x[self.local_samples[it.tag]]
+            return x[it.tag * b:(it.tag + 1) * b]
+
+        got1 = self._exchange("output_fwd", self.items1, first, prec, backward=False)
+        reduced: dict[str, torch.Tensor] = {}
+        for q in self.pieces:
+            if lay.tables[q.table].host_reduced:
+                reduced[q.key] = kernels.fold_sum([
+                    pooled[p.key][self.local_samples[k_me]] if p.rank == me
+                    else got1[(p.key, k_me)] for p in self.chunk_of[q.key].pieces])
+        got2 = self._exchange("output_fwd", self.items2,
+                              lambda it: reduced[it.piece.key][it.tag * b:(it.tag + 1) * b],
+                              prec, backward=False)
+        outs: dict[int, torch.Tensor] = {}
+        for t in lay.tables:
+            if t.data_parallel:
+                outs[t.index] = pooled[f"dp{t.index}"]
+                continue
+            out = torch.zeros((b, t.dim), dtype=torch.float32, device=self.device)
+            for ch in t.chunks:
+                if t.host_reduced:
+                    q = next(p for p in ch.pieces if lay.local_of(p.rank) == k_me)
+                    v = (reduced[q.key][h_me * b:(h_me + 1) * b] if q.rank == me
+                         else got2[(q.key, h_me)])
+                else:
+                    v = kernels.fold_sum([
+                        pooled[p.key][me * b:(me + 1) * b] if p.rank == me
+                        else got1[(p.key, me)] for p in ch.pieces])
+                out[:, ch.col0:ch.col0 + ch.cols] = v
+            outs[t.index] = out
+        return outs
+
+    def _output_bwd(self, grads: dict[int, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The pooled gradients of all B samples, [B, cols], for every piece of this rank."""
+        lay, me, b = self.lay, self.rank, self.b
+        prec, g = lay.bwd_precision, lay.gpus_per_host
+        k_me = lay.local_of(me)
+
+        def cols_of(p: Piece, grad: torch.Tensor) -> torch.Tensor:
+            return grad[:, p.col0:p.col0 + p.cols]
+
+        got2 = self._exchange("output_bwd", self.items2,
+                              lambda it: cols_of(it.piece, grads[it.piece.table]), prec,
+                              backward=True)
+        gathered: dict[str, torch.Tensor] = {}
+        for q in self.pieces:
+            if lay.tables[q.table].host_reduced:
+                gathered[q.key] = torch.cat([
+                    cols_of(q, grads[q.table]) if h * g + k_me == me else got2[(q.key, h)]
+                    for h in range(lay.hosts)])
+
+        def first(it: Item) -> torch.Tensor:
+            if lay.tables[it.piece.table].host_reduced:
+                return gathered[self._piece_on(it.piece, me).key]
+            return cols_of(it.piece, grads[it.piece.table])
+
+        got1 = self._exchange("output_bwd", self.items1, first, prec, backward=True)
+        full: dict[str, torch.Tensor] = {}
+        for p in self.pieces:
+            t = lay.tables[p.table]
+            if t.host_reduced:
+                x = torch.empty((b * lay.world, p.cols), dtype=torch.float32, device=self.device)
+                for k in range(g):
+                    q = p.host * g + k
+                    x[self.local_samples[k]] = (gathered[p.key] if q == me
+                                                else got1[(p.key, k)])
+                full[p.key] = x
+            else:
+                full[p.key] = torch.cat([cols_of(p, grads[t.index]) if o == me
+                                         else got1[(p.key, o)] for o in range(lay.world)])
+        return full
+
+    # -- what the rank reports -------------------------------------------------------------
+
+    def reset_counters(self) -> None:
+        self.comm.reset()
+        self.stats.clear()
+        self.seconds.clear()
+        for st in [*self.stores.values(), *self.replicas.values()]:
+            st.hits = st.lookups = 0
+
+    def dump(self) -> dict[str, torch.Tensor]:
+        out = {}
+        for p in self.pieces:
+            w, s = self.stores[p.key].dump()
+            out[f"w{p.key}"], out[f"s{p.key}"] = w, s
+        for ti, rep in self.replicas.items():
+            w, s = rep.dump()
+            out[f"wdp{ti}"], out[f"sdp{ti}"] = w, s
+        return out

@@ -1,0 +1,172 @@
+"""The process of one rank: `python -m planner.executor.worker RUN_DIR [RANK]`.
+
+Started by `planner execute` (which sets RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) or by
+`torchrun ... -m planner.executor.worker RUN_DIR` on every host (torchrun sets the same
+variables, and LOCAL_RANK). It writes rankN.json (measurements), rankN.pt (outputs and weights
+for the reference check), rankN.hb (heartbeat) and, if it fails, rankN.err.
+"""
+
+import datetime
+import json
+import os
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+
+
+def _watch_launcher(pid: int) -> None:
+    """Exit if the launcher dies, so no rank outlives it (ranks run in their own sessions)."""
+    while True:
+        time.sleep(1.0)
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            os._exit(70)
+
+
+def _apply_fault(fault: str | None, rank: int, step: int) -> None:
+    if not fault:
+        return
+    kind, r, s = fault.split(":")
+    if int(r) != rank or int(s) != step:
+        return
+    if kind == "die":
+        os._exit(13)
+    if kind == "hang":
+        time.sleep(3600)
+
+
+def run(run_dir: Path, rank: int, world: int, local_rank: int) -> dict:
+    import torch
+    import torch.distributed as dist
+
+    from planner.executor.comm import Comm, Heartbeat
+    from planner.executor.job import heartbeat_file, read_job, tensors_file
+    from planner.executor.layout import exec_layout
+    from planner.executor.rank import RankExecutor
+
+    plan, opts = read_job(run_dir)
+    lay = exec_layout(plan)
+    if lay.world != world:
+        raise ValueError(f"the plan has {lay.world} ranks, the launcher started {world}")
+    torch.use_deterministic_algorithms(True)
+    torch.set_num_threads(1)
+    if opts.device == "cuda":
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)
+        backend = "nccl"
+    else:
+        device = torch.device("cpu")
+        backend = "gloo"
+    hb = Heartbeat(heartbeat_file(run_dir, rank))
+    hb.mark(-1, "init")
+    dist.init_process_group(backend, rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=opts.collective_timeout_s))
+    try:
+        comm = Comm(rank, world, device, hb)
+        ex = RankExecutor(lay, rank, device, comm, opts, run_dir)
+        for i in range(opts.warmup_steps):
+            ex.step(-1 - i, train=False)
+        ex.reset_counters()
+        outputs = {}
+        for s in range(opts.steps):
+            _apply_fault(opts.fault, rank, s)
+            outs = ex.step(s, train=True)
+            if opts.keep_outputs:
+                for ti, o in outs.items():
+                    outputs[f"out{s}.{ti}"] = o.cpu()
+        hb.mark(opts.steps, "done")
+        dist.barrier()
+        result = _measurements(ex, opts.steps, device)
+        if opts.keep_outputs:
+            torch.save({**outputs, **ex.dump()}, tensors_file(run_dir, rank))
+        return result
+    finally:
+        dist.destroy_process_group()
+
+
+def _measurements(ex: "object", steps: int, device: "object") -> dict:
+    from planner.executor.rank import RankExecutor
+
+    assert isinstance(ex, RankExecutor)
+    per = 1.0 / steps
+    stores = {p.key: ex.stores[p.key] for p in ex.pieces}
+    mem = [st.memory() for st in [*ex.stores.values(), *ex.replicas.values()]]
+    return {
+        "rank": ex.rank,
+        "device": str(device),
+        "steps": steps,
+        "seconds": {k: v * per for k, v in ex.seconds.items()},
+        "collectives": {k: {"sent": c.sent * per, "recv": c.recv * per}
+                        for k, c in ex.comm.counts.items()},
+        "pieces": {k: {"ids_bytes": s.ids_bytes * per, "lengths_bytes": s.lengths_bytes * per,
+                       "out_fwd_bytes": s.out_fwd_bytes * per,
+                       "out_bwd_bytes": s.out_bwd_bytes * per}
+                   for k, s in ex.stats.items()},
+        "cache": {k: {"hits": st.hits, "lookups": st.lookups} for k, st in stores.items()},
+        "memory": {f: sum(getattr(m, f) for m in mem) for f in ("hbm", "ddr", "ssd",
+                                                                "extra_ddr")},
+    }
+
+
+def rank_main(run_dir: Path, rank: int, world: int, local_rank: int) -> int:
+    """Run one rank and record how it ended; the process exit code."""
+    from planner.executor.comm import CollectiveError
+    from planner.executor.job import error_file, result_file
+
+    try:
+        result = run(run_dir, rank, world, local_rank)
+    except CollectiveError as exc:
+        error_file(run_dir, rank).write_text(json.dumps(
+            {"kind": "collective", "message": str(exc)}))
+        return 3
+    except Exception as exc:
+        # A dead or hung peer shows up as a torch.distributed error (barrier, teardown);
+        # anything else that escapes is this rank's own failure.
+        import torch.distributed as dist
+
+        peer = isinstance(exc, dist.DistError) or any(
+            m in str(exc) for m in ("Connection closed", "Connection reset", "Timed out"))
+        kind = "collective" if peer else "own"
+        error_file(run_dir, rank).write_text(json.dumps(
+            {"kind": kind, "message": f"{type(exc).__name__}: {exc}",
+             "traceback": traceback.format_exc()}))
+        return 3 if kind == "collective" else 1
+    result_file(run_dir, rank).write_text(json.dumps(result))
+    return 0
+
+
+def launched_rank(run_dir: Path, rank: int, env: dict[str, str]) -> None:
+    """Entry of a rank started by `planner execute` (forked from a server that has torch
+    loaded already): a session of its own, its output to files, the launcher watched."""
+    os.setsid()
+    os.environ.update(env)
+    for fd, name in ((1, "stdout"), (2, "stderr")):
+        f = os.open(run_dir / f"rank{rank}.{name}", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        os.dup2(f, fd)
+        os.close(f)
+    threading.Thread(target=_watch_launcher, args=(int(env["PLANNER_EXECUTOR_LAUNCHER"]),),
+                     daemon=True).start()
+    code = rank_main(run_dir, rank, int(env["WORLD_SIZE"]), int(env["LOCAL_RANK"]))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def main() -> None:
+    """Entry under torchrun (or any launcher that sets RANK, WORLD_SIZE, LOCAL_RANK)."""
+    run_dir = Path(sys.argv[1])
+    rank = int(os.environ.get("RANK", sys.argv[2] if len(sys.argv) > 2 else "0"))
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if "PLANNER_EXECUTOR_LAUNCHER" in os.environ:  # started by `planner execute`
+        threading.Thread(target=_watch_launcher,
+                         args=(int(os.environ["PLANNER_EXECUTOR_LAUNCHER"]),),
+                         daemon=True).start()
+    sys.exit(rank_main(run_dir, rank, world, local_rank))
+
+
+if __name__ == "__main__":
+    main()

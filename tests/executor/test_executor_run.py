@@ -1,0 +1,125 @@
+"""One plan holding every sharding type (table-, column-, row-wise, table-row-wise,
+table-column-wise, grid, data-parallel) and every tier (hbm, hbm_cache, ddr, ssd), run on 4
+gloo ranks (2 hosts x 2 ranks) for 5 training steps, checked against the cost model and an
+unsharded reference."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from cost_models.sizes import comm_row_bytes  # noqa: E402
+from cost_models.types import CommPrecision  # noqa: E402
+from planner.executor.run import OUTPUT_TOLERANCE, WEIGHT_TOLERANCE  # noqa: E402
+
+TYPES = {"table_wise", "column_wise", "row_wise", "table_row_wise", "table_column_wise",
+         "grid", "data_parallel"}
+
+
+def _check(rep, name_start):
+    found = [c for c in rep.checks if c.name.startswith(name_start)]
+    assert found, name_start
+    return found[0]
+
+
+def test_plan_covers_every_type_and_tier(fp32_run):
+    rep, _ = fp32_run
+    assert {p["kind"] for p in rep.pieces} == TYPES - {"data_parallel"}
+    # The data-parallel table shows in the all-reduce, which only it uses.
+    assert all(r["bytes"]["allreduce"]["measured"] > 0 for r in rep.ranks)
+    assert {p["tier"] for p in rep.pieces} == {"hbm", "hbm_cache", "ddr", "ssd"}
+    assert rep.world == 4
+
+
+def test_fp32_outputs_and_weights_equal_the_reference_bit_for_bit(fp32_run):
+    rep, _ = fp32_run
+    assert _check(rep, "pooled outputs").ok, _check(rep, "pooled outputs").detail
+    assert "bit-identical" in _check(rep, "pooled outputs").name
+    assert _check(rep, "weights after 5 steps").ok
+    assert all(v == 0.0 for v in rep.errors["weights_rel"].values())
+
+
+def test_bytes_per_collective_equal_the_cost_model(fp32_run):
+    rep, _ = fp32_run
+    for name in ("bytes: output all-to-all forward", "bytes: output all-to-all backward",
+                 "bytes: data-parallel all-reduce", "bytes: input ids of table-",
+                 "bytes: input ids of row-split", "memory held"):
+        c = _check(rep, name)
+        assert c.ok, (name, c.detail)
+    for r in rep.ranks:
+        for k in ("output_fwd", "output_bwd", "allreduce"):
+            assert r["bytes"][k]["measured"] == r["bytes"][k]["predicted"], (r["rank"], k)
+    # Sums per collective are non-trivial: something really crossed the wire.
+    assert sum(r["bytes"]["output_fwd"]["measured"] for r in rep.ranks) > 0
+    assert sum(r["bytes"]["allreduce"]["measured"] for r in rep.ranks) > 0
+    # Table-wise piece ids: owner gets (W-1) ranks x b samples x pooling ids of 8 bytes.
+    tw = next(p for p in rep.pieces if p["table"] == "tw_hbm")
+    assert tw["ids_bytes"]["measured"] == 3 * 64 * 3 * 8
+
+
+def test_zipf_cache_hit_rate_within_two_points(fp32_run):
+    rep, _ = fp32_run
+    assert _check(rep, "cache hit rate").ok, _check(rep, "cache hit rate").detail
+    zipf = [p for p in rep.pieces if p["table"] in ("zipf_cache", "zipf_ssd", "cw_cache")]
+    assert len(zipf) == 4
+    for p in zipf:
+        h = p["hit_rate"]
+        assert abs(h["measured"] - h["predicted"]) <= 0.02, p
+        assert h["measured"] > 0.3  # a real cache, not a pass-through
+
+
+def test_two_runs_give_bit_identical_weights(fp32_run, fp32_rerun):
+    (_, a), (_, b) = fp32_run, fp32_rerun
+    for r in range(4):
+        da, db = torch.load(a / f"rank{r}.pt"), torch.load(b / f"rank{r}.pt")
+        assert da.keys() == db.keys()
+        for k in da:
+            assert torch.equal(da[k], db[k]), (r, k)
+
+
+def test_quantized_communication_within_tolerance(quantized_run, fp32_run):
+    rep, _, fwd, bwd = quantized_run
+    out, w = _check(rep, "pooled outputs"), _check(rep, "weights after")
+    assert out.ok and w.ok, (out.detail, w.detail)
+    tol_out = OUTPUT_TOLERANCE[CommPrecision(fwd)]
+    errs = rep.errors["outputs_rel_step0"]
+    assert max(errs.values()) <= tol_out
+    # The rounding really happened: some table's output differs from fp32's.
+    assert max(errs.values()) > 0
+    tol_w = max(WEIGHT_TOLERANCE[CommPrecision(fwd)], WEIGHT_TOLERANCE[CommPrecision(bwd)])
+    assert 0 < max(rep.errors["weights_rel"].values()) <= tol_w
+    # Bytes still equal the model, and shrink as the precision says: a pooled vector of d
+    # columns costs comm_row_bytes(precision, d) instead of 4*d.
+    assert _check(rep, "bytes: output all-to-all forward").ok
+    assert _check(rep, "bytes: output all-to-all backward").ok
+    assert _check(rep, "bytes: data-parallel all-reduce").ok
+    base, _ = fp32_run
+    tw_rank0 = next(r for r in rep.ranks if r["rank"] == 0)["bytes"]["output_fwd"]["measured"]
+    base0 = next(r for r in base.ranks if r["rank"] == 0)["bytes"]["output_fwd"]["measured"]
+    assert tw_rank0 < base0
+    assert comm_row_bytes(CommPrecision(fwd), 8) < 32
+
+
+def test_cli_prepares_a_torchrun_job_and_collects_a_finished_run(fp32_run, tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from planner.cli import app
+    from planner.executor.demo import all_types_plan
+
+    rep, run_dir = fp32_run
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text(all_types_plan(batch=64).model_dump_json())
+    runner = CliRunner()
+    got = runner.invoke(app, ["execute", str(plan_file), "--run-dir", str(run_dir),
+                              "--collect", "--format", "json"])
+    assert got.exit_code == 0, got.output
+    body = json.loads(got.stdout)
+    assert body["ok"] and body["plan_hash"] == rep.plan_hash
+    job_dir = tmp_path / "job"
+    got = runner.invoke(app, ["execute", str(plan_file), "--run-dir", str(job_dir),
+                              "--prepare-only", "--scale-rows", "0.5"])
+    assert got.exit_code == 0, got.output
+    assert "torchrun" in got.stdout and (job_dir / "job.json").is_file()
+    got = runner.invoke(app, ["execute", str(tmp_path / "missing.json")])
+    assert got.exit_code == 2
