@@ -1,0 +1,121 @@
+"""/v1/plans and /v1/jobs: create a plan (synchronously when small and quick, else a job),
+get a plan, get a job."""
+
+import asyncio
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Header, Path, Query, Request, Response
+from fastapi.responses import JSONResponse
+
+from api.body import prepare_plan_request, read_body
+from api.jobs import Busy, JobRunner
+from api.openapi import json_content, request_body
+from api.problems import NOT_FOUND, Problem, ProblemError, busy, problem_response, responses
+from api.schemas import Job, timestamp
+from api.settings import ServiceSettings
+from api.store import UNFINISHED, JobRow
+from planner.plan_model import Plan
+from planner.spec import PlanRequest
+
+router = APIRouter(prefix="/v1", tags=["plans"])
+JobId = Annotated[str, Path(pattern=r"^[0-9a-f]{64}$",
+                            description="the request's content hash (SHA-256, hex)")]
+
+
+def job_of(row: JobRow) -> Job:
+    error = Problem.model_validate_json(row.error) if row.error else None
+    return Job(id=row.id, status=row.status,  # type: ignore[arg-type]
+               tables=row.tables, attempts=row.attempts, created_at=timestamp(row.created_at),
+               updated_at=timestamp(row.updated_at),
+               plan_url=f"/v1/plans/{row.id}" if row.status == "succeeded" else None,
+               error=error, note=row.note)
+
+
+def _plan_response(plan_json: str, job_id: str, status: int) -> Response:
+    return Response(plan_json, status_code=status, media_type="application/json",
+                    headers={"Location": f"/v1/plans/{job_id}", "X-Job-Id": job_id})
+
+
+def _job_response(row: JobRow, status: int = 200) -> JSONResponse:
+    headers = {"X-Job-Id": row.id}
+    if status == 202:
+        headers |= {"Location": f"/v1/jobs/{row.id}", "Retry-After": "1"}
+    return JSONResponse(job_of(row).model_dump(mode="json"), status_code=status,
+                        headers=headers)
+
+
+async def _answer(runner: JobRunner, row: JobRow, created: bool) -> Response:
+    if row.status in UNFINISHED:
+        return _job_response(row, 202)
+    if row.status == "succeeded":
+        plan_json = await asyncio.to_thread(runner.store.get_plan, row.id)
+        assert plan_json is not None  # written in the same transaction as the status
+        return _plan_response(plan_json, row.id, 201 if created else 200)
+    assert row.error is not None
+    return problem_response(Problem.model_validate_json(row.error),
+                            headers={"X-Job-Id": row.id})
+
+
+@router.post(
+    "/plans",
+    summary="Plan a model on a cluster",
+    description="Answers with the plan (201, or 200 when this request was planned before) "
+                "when the request is small and solves within the server's wait; otherwise "
+                "202 with the job, whose Location to poll. The job id is the request's "
+                "content hash, so the same request reuses its job and plan. No plan fits: 422 "
+                "with type ...:infeasible, the table or cap, and the bytes short.",
+    openapi_extra=request_body(PlanRequest),
+    responses={200: {"description": "the plan (planned before)", "content": json_content(Plan)},
+               201: {"description": "the plan, solved now", "content": json_content(Plan)},
+               202: {"description": "the job: poll its Location",
+                     "content": json_content(Job)},
+               **responses(401, 413, 422, 429)},
+)
+async def create_plan(
+    request: Request,
+    mode: Annotated[Literal["auto", "async"], Query(
+        description="async: always answer 202 with the job")] = "auto",
+    prefer: Annotated[str | None, Header(
+        description="`respond-async` does what mode=async does")] = None,
+) -> Response:
+    settings: ServiceSettings = request.app.state.settings
+    runner: JobRunner = request.app.state.runner
+    body = await read_body(request, settings.max_body_bytes)
+    prepared = await asyncio.to_thread(prepare_plan_request, body, settings)
+    try:
+        row, created = await runner.submit(prepared.job_id, prepared.request_json,
+                                           prepared.tables, prepared.time_limit_s)
+    except Busy:
+        raise busy() from None
+    asked_async = mode == "async" or "respond-async" in (prefer or "").lower()
+    if row.status in UNFINISHED and not asked_async and prepared.tables <= settings.sync_max_tables:
+        row = await runner.wait(row.id, settings.sync_wait_s) or row
+    return await _answer(runner, row, created)
+
+
+@router.get("/plans/{plan_id}", summary="Get a plan by id (its request's content hash)",
+            responses={200: {"description": "the plan", "content": json_content(Plan)},
+                       **responses(401, 404, 422)})
+async def get_plan(request: Request, plan_id: JobId) -> Response:
+    runner: JobRunner = request.app.state.runner
+    plan_json = await asyncio.to_thread(runner.store.get_plan, plan_id)
+    if plan_json is not None:
+        return _plan_response(plan_json, plan_id, 200)
+    row = await asyncio.to_thread(runner.store.get_job, plan_id)
+    detail = (f"no plan {plan_id}" if row is None else
+              f"job {plan_id} is {row.status}; see /v1/jobs/{plan_id}")
+    raise ProblemError(Problem(type=NOT_FOUND, title="Not found", status=404, detail=detail,
+                               job_id=row.id if row else None))
+
+
+@router.get("/jobs/{job_id}", summary="Get a job: its status, and why when it has no plan",
+            responses={200: {"description": "the job", "content": json_content(Job)},
+                       **responses(401, 404, 422)})
+async def get_job(request: Request, job_id: JobId) -> Response:
+    runner: JobRunner = request.app.state.runner
+    row = await asyncio.to_thread(runner.store.get_job, job_id)
+    if row is None:
+        raise ProblemError(Problem(type=NOT_FOUND, title="Not found", status=404,
+                                   detail=f"no job {job_id}"))
+    return _job_response(row)
+

@@ -1,0 +1,56 @@
+"""What runs in the solver processes: `plan()`, `evaluate()` and `check_plan()`, JSON in and
+JSON out, so nothing but strings crosses the process boundary. Planner errors come back as
+outcomes, not exceptions; anything else is a bug and propagates to the job as `failed`."""
+
+import json
+import signal
+from typing import Any
+
+from planner.check import check_plan
+from planner.errors import BadInputError, InfeasibleError
+from planner.plan_model import EvaluateInput, Plan, PlanLayout
+from planner.planning import evaluate, plan
+from planner.validation import validate_model
+
+Outcome = dict[str, Any]
+
+
+def warm_up() -> None:
+    """Pool initializer (the imports above are the slow part). Ctrl+C reaches the whole
+    process group: the server stops its workers itself, so a worker ignores SIGINT."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _error(exc: BadInputError | InfeasibleError) -> Outcome:
+    if isinstance(exc, BadInputError):
+        return {"status": "bad_input", "field": exc.field, "table": exc.table,
+                "message": str(exc)}
+    return {"status": "infeasible", "reason": exc.reason, "table": exc.table, "cap": exc.cap,
+            "short_bytes": exc.short_bytes}
+
+
+def solve(request_json: str) -> Outcome:
+    try:
+        result = plan(json.loads(request_json))
+    except (BadInputError, InfeasibleError) as exc:
+        return _error(exc)
+    return {"status": "succeeded", "plan": result.model_dump_json(), "plan_hash": result.plan_hash}
+
+
+def evaluate_layout(layout_json: str) -> Outcome:
+    given = validate_model(EvaluateInput, json.loads(layout_json))
+    layout = PlanLayout(schema_version=given.schema_version, request=given.request,
+                        tables=given.tables)
+    try:
+        result = evaluate(layout)
+    except (BadInputError, InfeasibleError) as exc:
+        return _error(exc)
+    return {"status": "succeeded", "plan": result.model_dump_json()}
+
+
+def check(plan_json: str) -> Outcome:
+    try:
+        report = check_plan(validate_model(Plan, json.loads(plan_json)))
+    except (BadInputError, InfeasibleError) as exc:
+        return _error(exc)
+    return {"status": "succeeded", "ok": report.ok, "errors": report.errors}
