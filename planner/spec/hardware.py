@@ -10,7 +10,9 @@ from pydantic import ByteSize, Field, model_validator
 from cost_models import CostConstants, HardwareProfile
 from planner.spec.table import StrictModel
 
-GBps = Annotated[float, Field(gt=0.0, le=1e6, allow_inf_nan=False)]
+# At least 1 MB/s: every real link is faster, and 1/bandwidth must stay finite (a subnormal
+# bandwidth made every cost inf; found by the service's schemathesis run).
+GBps = Annotated[float, Field(ge=1e-3, le=1e6, allow_inf_nan=False)]
 Efficiency = Annotated[float, Field(gt=0.0, le=1.0, allow_inf_nan=False)]
 Capacity = Annotated[ByteSize, Field(ge=0)]
 
