@@ -5,18 +5,19 @@ Table sets are drawn with the recipe of `synthetic_1000()` in fixtures/make_fixt
 from {16, 32, 64, 128, 256}, pooling uniform in [1, 100], Zipf alpha uniform in [0.8, 1.3],
 batch 1024 per GPU), with n tables instead of 1000; n = 1000 reproduces the fixture exactly
 (checked on every run). Hardware: the `h100` preset on 1, 16 and 128 hosts (8, 128 and
-1,024 GPUs).
+1,024 GPUs). Also the `hugectr_200` fixture on 2 hosts (16 GPUs), one of issue 3's targets.
 
 Each case runs in its own subprocess with a wall-clock limit (300 s) and an address-space
 limit, so a slow or huge case is recorded as "timeout" or "out of memory" instead of hanging.
 Time is the median of 3 runs when the first run takes under 10 s, else that one run; it
 includes validating the request dict, as a caller of `plan()` pays it. Stage times come from
 wrapping the functions `planner.planning.plan` calls (resolve, build_problem,
-candidates_for, lower_bound, greedy, local_search, layout_of, build_plan) with timers, so the
+candidates_for, lower_bound, greedy, local_search, _solve (CP-SAT), layout_of, build_plan)
+with timers, so the
 stages are measured inside the very `plan()` calls that give the total.
 
 Usage (from the repo root):
-    PYTHONPATH=. python -m benchmarks.plan_time            # all 9 cases, writes results
+    PYTHONPATH=. python -m benchmarks.plan_time            # all 10 cases, writes results
     PYTHONPATH=. python -m benchmarks.plan_time --quick    # up to 1,000 tables x 128 GPUs,
                                                            # prints only
 """
@@ -50,9 +51,11 @@ CASE_TIMEOUT_S = 300
 MEMORY_LIMIT_BYTES = 18 * 2**30  # per case; the benchmark machine has 23 GiB
 REPEAT_UNDER_S = 10.0
 REPEATS = 3
-TARGET = (1_000, 16, 5.0)  # tables, hosts, seconds
+# Targets (issue 3): model, hosts, seconds, with the default solver (auto) and time limit.
+TARGETS = (("hugectr_200", 2, 1.0), ("synthetic_1000", 16, 5.0), ("synthetic_10000", 128, 60.0))
+FIXTURE_CASES = (("hugectr_200", 2),)  # bundled fixtures timed besides the synthetic grid
 STAGES = ("resolve", "build_problem", "candidates_for", "lower_bound", "greedy",
-          "local_search", "layout_of", "build_plan")
+          "local_search", "_solve", "layout_of", "build_plan")
 
 
 def generate(n: int) -> dict[str, Any]:
@@ -101,10 +104,19 @@ def _install_stage_timers(acc: dict[str, float]) -> None:
             setattr(planning, name, timed(name, fn))
 
 
-def run_worker(n: int, hosts: int) -> dict[str, Any]:
+def model_for(key: str) -> dict[str, Any]:
+    """`synthetic_N` (the recipe above) or a bundled fixture's name."""
+    from planner.presets import fixture_text
+
+    if key.startswith("synthetic_") and key != "synthetic_1000":
+        return generate(int(key.removeprefix("synthetic_")))
+    return json.loads(fixture_text(key))
+
+
+def run_worker(key: str, hosts: int) -> dict[str, Any]:
     import planner
 
-    model = generate(n)
+    model = model_for(key)
     request = {"model": model, "hardware": {"preset": "h100", "hosts": hosts}}
     acc: dict[str, float] = {}
     _install_stage_timers(acc)
@@ -136,10 +148,10 @@ def run_worker(n: int, hosts: int) -> dict[str, Any]:
     return out
 
 
-def _worker_main(n: int, hosts: int) -> None:
+def _worker_main(key: str, hosts: int) -> None:
     resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT_BYTES, MEMORY_LIMIT_BYTES))
     try:
-        result = run_worker(n, hosts)
+        result = run_worker(key, hosts)
     except MemoryError:
         result = {"error": "out of memory",
                   "detail": f"address-space limit {MEMORY_LIMIT_BYTES / 2**30:.0f} GiB"}
@@ -149,9 +161,10 @@ def _worker_main(n: int, hosts: int) -> None:
 # ------------------------------------------------------------------ driver
 
 
-def run_case(n: int, hosts: int) -> dict[str, Any]:
-    row: dict[str, Any] = {"tables": n, "hosts": hosts, "gpus": 8 * hosts}
-    cmd = [sys.executable, "-m", "benchmarks.plan_time", "--worker", str(n), str(hosts)]
+def run_case(key: str, hosts: int) -> dict[str, Any]:
+    n = len(model_for(key)["tables"])
+    row: dict[str, Any] = {"model": key, "tables": n, "hosts": hosts, "gpus": 8 * hosts}
+    cmd = [sys.executable, "-m", "benchmarks.plan_time", "--worker", key, str(hosts)]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         [str(REPO_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
     t0 = time.perf_counter()
@@ -209,15 +222,19 @@ def _fmt_s(x: float | None) -> str:
     return f"{x:.3f}" if x < 10 else f"{x:.1f}"
 
 
-def markdown(rows: list[dict[str, Any]], meta: dict[str, Any], target: dict[str, Any]) -> str:
+def markdown(rows: list[dict[str, Any]], meta: dict[str, Any],
+             targets: list[dict[str, Any]]) -> str:
     cols = (*STAGES, "other")
-    head = ["tables", "GPUs", "plan s", "runs", *cols, "gap", "status"]
+    head = ["model", "tables", "GPUs", "plan s", "runs", *[c.lstrip("_") for c in cols], "gap",
+            "status"]
     cpu = f"{meta['nproc']} CPUs ({meta['cpu']})" if meta["cpu"] else f"{meta['nproc']} CPUs"
     lines = [
         "# Planning time",
         "",
         "Wall-clock seconds of `planner.plan(request_dict)` (validation included) on table sets "
-        "drawn with the `synthetic_1000` recipe (seed 20221), `h100` preset, 8 GPUs per host. "
+        "drawn with the `synthetic_1000` recipe (seed 20221) and on the `hugectr_200` fixture, "
+        "`h100` preset, 8 GPUs per host, default options (solver `auto`, CP-SAT budget 2 "
+        "deterministic s; solve = the CP-SAT stage). "
         f"Median of {REPEATS} runs when a run takes under {REPEAT_UNDER_S:g} s, else one run; "
         f"each case in a subprocess limited to {CASE_TIMEOUT_S} s. Stage columns: seconds "
         "inside each function `plan()` calls, summed when it is called more than once "
@@ -231,21 +248,23 @@ def markdown(rows: list[dict[str, Any]], meta: dict[str, Any], target: dict[str,
     ]
     for r in rows:
         if "error" in r:
-            cells = [f"{r['tables']:,}", f"{r['gpus']:,}", r["error"], "-"]
+            cells = [r["model"], f"{r['tables']:,}", f"{r['gpus']:,}", r["error"], "-"]
             cells += ["-"] * len(cols) + ["-", r.get("detail", "")]
         else:
             st = r.get("stages_s", {})
             status = "infeasible" if r.get("infeasible") else r.get("status", "-")
-            cells = [f"{r['tables']:,}", f"{r['gpus']:,}", _fmt_s(r["time_s"]),
+            cells = [r["model"], f"{r['tables']:,}", f"{r['gpus']:,}", _fmt_s(r["time_s"]),
                      str(len(r["runs_s"])), *[_fmt_s(st.get(k)) for k in cols],
                      "-" if r.get("gap") is None else f"{r['gap']:.2%}", status]
         lines.append("| " + " | ".join(cells) + " |")
+    lines.append("")
+    for target in targets:
+        lines.append(
+            f"- target: {target['model']} on {target['gpus']:,} GPUs in under "
+            f"{target['limit_s']:g} s on this {meta['nproc']}-CPU machine: "
+            + (f"{_fmt_s(target['time_s'])} s, {'holds' if target['holds'] else 'MISSED'}"
+               if target["time_s"] is not None else "not measured"))
     lines += [
-        "",
-        f"Target: {target['tables']:,} tables on {target['gpus']:,} GPUs in under "
-        f"{target['limit_s']:g} s on this {meta['nproc']}-CPU machine: "
-        + (f"{_fmt_s(target['time_s'])} s, {'holds' if target['holds'] else 'MISSED'}"
-           if target["time_s"] is not None else "not measured"),
         "",
         "Reproduce (from the repo root):",
         "",
@@ -261,33 +280,35 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true",
                     help="only up to 1,000 tables x 128 GPUs; print, do not write results")
-    ap.add_argument("--worker", nargs=2, type=int, metavar=("TABLES", "HOSTS"),
-                    help=argparse.SUPPRESS)
+    ap.add_argument("--worker", nargs=2, metavar=("MODEL", "HOSTS"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:
-        _worker_main(*args.worker)
+        _worker_main(args.worker[0], int(args.worker[1]))
         return 0
 
     check_recipe()
     load_before = [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None
-    cases = [(n, h) for n in TABLE_COUNTS for h in HOSTS
-             if not args.quick or (n <= QUICK_MAX[0] and h <= QUICK_MAX[1])]
+    cases = list(FIXTURE_CASES) + [
+        (f"synthetic_{n}", h) for n in TABLE_COUNTS for h in HOSTS
+        if not args.quick or (n <= QUICK_MAX[0] and h <= QUICK_MAX[1])]
     rows = []
-    for n, h in cases:
-        row = run_case(n, h)
+    for key, h in cases:
+        row = run_case(key, h)
         shown = row.get("error") or f"{_fmt_s(row['time_s'])} s"
-        print(f"{n:>6} tables x {8 * h:>5} GPUs: {shown}  (case wall {row['wall_s']:.1f} s)",
+        print(f"{key:>16} x {8 * h:>5} GPUs: {shown}  (case wall {row['wall_s']:.1f} s)",
               file=sys.stderr, flush=True)
         rows.append(row)
     meta = {**machine(), "command": COMMAND + (" --quick" if args.quick else ""),
             "loadavg_before": load_before}
-    hit = next((r for r in rows if (r["tables"], r["hosts"]) == TARGET[:2]), None)
-    t_s = hit.get("time_s") if hit else None
-    target = {"tables": TARGET[0], "gpus": 8 * TARGET[1], "limit_s": TARGET[2],
-              "time_s": t_s, "holds": t_s is not None and t_s < TARGET[2]}
-    text = markdown(rows, meta, target)
+    targets = []
+    for key, hosts, limit in TARGETS:
+        hit = next((r for r in rows if (r["model"], r["hosts"]) == (key, hosts)), None)
+        t_s = hit.get("time_s") if hit else None
+        targets.append({"model": key, "gpus": 8 * hosts, "limit_s": limit, "time_s": t_s,
+                        "holds": t_s is not None and t_s < limit})
+    text = markdown(rows, meta, targets)
     if not args.quick:
-        write_results("plan_time", {"meta": meta, "target": target, "cases": rows}, text)
+        write_results("plan_time", {"meta": meta, "targets": targets, "cases": rows}, text)
     print(text)
     return 0
 

@@ -5,6 +5,7 @@ from cost_models.cost import CostBreakdown, piece_cost, traffic_cost
 from cost_models.geometry import ModelGeom, TableGeom, cache_rows
 from cost_models.hardware import CostConstants, HardwareProfile
 from cost_models.memory import MemoryFootprint, piece_memory
+from cost_models.placement import owner_wait, piece_sides
 from cost_models.traffic import PieceTraffic, hit_rate, piece_traffic
 from cost_models.types import CommPrecision, DataType, Optimizer, ShardingType, Tier
 
@@ -27,8 +28,10 @@ __all__ = [
     "ZipfAccess",
     "cache_rows",
     "hit_rate",
+    "owner_wait",
     "piece_cost",
     "piece_memory",
+    "piece_sides",
     "piece_traffic",
     "traffic_cost",
 ]

@@ -19,6 +19,7 @@ class CostBreakdown:
     input_a2a: float = 0.0  # ids received
     output_a2a: float = 0.0  # pooled vectors / partial sums sent, and their gradients
     allreduce: float = 0.0  # data-parallel gradient all-reduce
+    owner_a2a: float = 0.0  # the sample owners' side of the NIC beyond the pieces' (placement.py)
 
     def __add__(self, other: "CostBreakdown") -> "CostBreakdown":
         return CostBreakdown(
@@ -31,7 +32,7 @@ class CostBreakdown:
 
     @property
     def comm(self) -> float:
-        return self.input_a2a + self.output_a2a + self.allreduce
+        return self.input_a2a + self.output_a2a + self.allreduce + self.owner_a2a
 
     def total(self, pipelined: bool) -> float:
         """A GPU's step time: compute + communication, or their max when pipelined."""

@@ -35,6 +35,12 @@ class PieceTraffic:
     out_bwd_intra: float  # output all-to-all, backward: gradients of the pooled vectors
     out_bwd_inter: float
     allreduce: float  # data-parallel gradient all-reduce bytes sent per GPU (ring)
+    # The other side of the all-to-alls, per sample: bytes the GPU owning a sample sends to
+    # this piece (ids) and exchanges with it (pooled vector forward, its gradient backward).
+    # How many of these cross hosts depends on where the pieces are: see placement.py.
+    owner_ids: float = 0.0
+    owner_out_fwd: float = 0.0
+    owner_out_bwd: float = 0.0
 
 
 def hit_rate(table: TableGeom, tier: Tier, cache_ratio: float, piece_rows: int) -> float:
@@ -99,6 +105,7 @@ def piece_traffic(
         ssd = (1.0 - h) * lookups * 2 * page if tier is Tier.SSD else 0.0
 
     allreduce = 0.0
+    owner = (0.0, 0.0, 0.0)
     if kind is ShardingType.DATA_PARALLEL:
         ids_intra = ids_inter = 0.0
         out = (0.0, 0.0, 0.0, 0.0)
@@ -113,6 +120,11 @@ def piece_traffic(
         ids_intra = ids * (g - 1) / world
         ids_inter = ids * (world - g) / world
         out = _output_bytes(kind, samples, piece_cols, g, world, model)
+        # Host-reduced pieces (TWRW, grid) send one reduced vector per sample per host.
+        share = 1.0 / g if kind in _HOST_REDUCED else 1.0
+        owner = (table.pooling * id_share * c.id_bytes,
+                 comm_row_bytes(model.fwd_precision, piece_cols) * share,
+                 comm_row_bytes(model.bwd_precision, piece_cols) * share)
 
     return PieceTraffic(
         lookups=lookups,
@@ -127,6 +139,9 @@ def piece_traffic(
         out_bwd_intra=out[2],
         out_bwd_inter=out[3],
         allreduce=allreduce,
+        owner_ids=owner[0],
+        owner_out_fwd=owner[1],
+        owner_out_bwd=owner[2],
     )
 
 

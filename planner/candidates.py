@@ -12,7 +12,14 @@ from enum import Enum
 
 import numpy as np
 
-from cost_models import ShardingType, Tier, piece_cost, piece_memory
+from cost_models import (
+    ShardingType,
+    Tier,
+    piece_memory,
+    piece_sides,
+    piece_traffic,
+    traffic_cost,
+)
 from planner.problem import Problem, TableInfo
 
 # hbm_cache: fractions of a table's rows cached in HBM; ssd: fractions cached in DDR.
@@ -44,7 +51,8 @@ class Group:
 
     geometry rows are (row_offset, row_count, col_offset, col_count); comp and comm are the
     seconds of compute and communication the piece adds to its GPU; hbm counts against the
-    GPU, ddr and ssd against its host.
+    GPU, ddr and ssd against its host. inter (k, 3) are the piece-side inter-host bytes and
+    rate (k, 3) the owner bytes per sample, per all-to-all phase (cost_models/placement.py).
     """
 
     geometry: np.ndarray
@@ -53,6 +61,8 @@ class Group:
     hbm: np.ndarray
     ddr: np.ndarray
     ssd: np.ndarray
+    inter: np.ndarray
+    rate: np.ndarray
 
     def __len__(self) -> int:
         return len(self.comp)
@@ -136,15 +146,20 @@ class _Coster:
                  kind: ShardingType) -> None:
         self.p, self.t, self.tier, self.kind = problem, t, tier, kind
         self.ratio = ratio if ratio is not None else 1.0
-        self.memo: dict[tuple[int, int], tuple[float, float, int, int, int]] = {}
+        self.memo: dict[tuple[int, int], tuple[float, ...]] = {}
 
-    def _shape(self, rows: int, cols: int) -> tuple[float, float, int, int, int]:
+    def _shape(self, rows: int, cols: int) -> tuple[float, ...]:
+        """compute, comm, hbm, ddr, ssd, then 3 inter-host bytes and 3 owner rates."""
         key = (rows, cols)
         if key not in self.memo:
-            p = self.p
-            c = piece_cost(self.t.geom, self.kind, self.tier, self.ratio, rows, cols, p.hw, p.model)
-            m = piece_memory(self.t.geom, self.tier, self.ratio, rows, cols, p.hw)
-            self.memo[key] = (c.compute, c.comm, m.hbm, m.ddr, m.ssd)
+            p, t = self.p, self.t
+            traffic = piece_traffic(t.geom, self.kind, self.tier, self.ratio, rows, cols,
+                                    p.hw, p.model)
+            c = traffic_cost(traffic, p.hw)
+            m = piece_memory(t.geom, self.tier, self.ratio, rows, cols, p.hw)
+            inter, rate = piece_sides(traffic)
+            self.memo[key] = (c.compute, c.comm, m.hbm, m.ddr, m.ssd, *inter.tolist(),
+                              *rate.tolist())
         return self.memo[key]
 
     def group(self, geometry: np.ndarray) -> Group:
@@ -155,9 +170,10 @@ class _Coster:
                           dtype=np.float64)
         values = costed[inverse]
         # Byte counts are exact integers (< 2**53), so the float round trip is lossless.
-        as_int = values[:, 2:].astype(np.int64)
+        as_int = values[:, 2:5].astype(np.int64)
         return Group(geometry=geometry, comp=values[:, 0].copy(), comm=values[:, 1].copy(),
-                     hbm=as_int[:, 0].copy(), ddr=as_int[:, 1].copy(), ssd=as_int[:, 2].copy())
+                     hbm=as_int[:, 0].copy(), ddr=as_int[:, 1].copy(), ssd=as_int[:, 2].copy(),
+                     inter=values[:, 5:8].copy(), rate=values[:, 8:11].copy())
 
 
 Shape = tuple[ShardingType, Scope, list[np.ndarray]]

@@ -18,7 +18,18 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from cost_models import CostBreakdown, ShardingType, Tier, piece_cost, piece_memory
+import numpy as np
+
+from cost_models import (
+    CostBreakdown,
+    ShardingType,
+    Tier,
+    owner_wait,
+    piece_cost,
+    piece_memory,
+    piece_sides,
+    piece_traffic,
+)
 from planner.hashing import plan_hash_of
 from planner.plan_model import Plan, TablePlan
 from planner.problem import TableInfo, build_problem
@@ -115,6 +126,7 @@ def check_plan(plan: Plan) -> CheckReport:
     ddr_gpu = [0] * w
     ssd_gpu = [0] * w
     costs: list[CostBreakdown | None] = [None] * w
+    piece_inter, host_rate = np.zeros((w, 3)), np.zeros((hw.hosts, 3))
     for tp in plan.tables:
         t = by_name.get(tp.name)
         if t is None:
@@ -154,8 +166,18 @@ def check_plan(plan: Plan) -> CheckReport:
                               p.col_count, hw, model)
             held = costs[p.rank]
             costs[p.rank] = cost if held is None else held + cost
+            inter, rate = piece_sides(piece_traffic(t.geom, tp.sharding_type, tp.tier, ratio,
+                                                    p.row_count, p.col_count, hw, model))
+            piece_inter[p.rank] += inter
+            host_rate[p.rank // g] += rate
     for name in by_name.keys() - seen:
         errs.append(f"table '{name}' of the request is missing from the plan")
+    # Every GPU owns samples, so the owner side can cost time even where no piece is.
+    waits = owner_wait(piece_inter, host_rate, np.arange(w) // g, model.batch_per_gpu,
+                       hw.eff_nic_bw)
+    for r, wait in enumerate(waits.tolist()):
+        if wait > 0:
+            costs[r] = (costs[r] or CostBreakdown()) + CostBreakdown(owner_a2a=wait)
     _caps_and_figures(plan, hbm, ddr_gpu, ssd_gpu, costs, rep)
     return rep
 
@@ -189,7 +211,7 @@ def _caps_and_figures(plan: Plan, hbm: list[int], ddr_gpu: list[int], ssd_gpu: l
             errs.append(f"GPU {r}: reported memory differs from the pieces it holds")
         c = rep_gpu.cost
         parts = (c.lookup_s, c.backward_s, c.cache_miss_s, c.input_a2a_s, c.output_a2a_s,
-                 c.allreduce_s)
+                 c.allreduce_s, c.owner_a2a_s)
         comp, comm = c.lookup_s + c.backward_s + c.cache_miss_s, sum(parts[3:])
         total = max(comp, comm) if pipelined else comp + comm
         if not (_close(c.compute_s, comp) and _close(c.comm_s, comm) and _close(c.total_s, total)):

@@ -8,7 +8,17 @@ import math
 from collections import Counter
 from dataclasses import dataclass, field
 
-from cost_models import CostBreakdown, MemoryFootprint, piece_cost, piece_memory
+import numpy as np
+
+from cost_models import (
+    CostBreakdown,
+    MemoryFootprint,
+    owner_wait,
+    piece_memory,
+    piece_sides,
+    piece_traffic,
+    traffic_cost,
+)
 from planner.bounds import LowerBound
 from planner.errors import BadInputError
 from planner.hashing import plan_hash_of
@@ -36,7 +46,10 @@ def gpu_totals(layout: PlanLayout, problem: Problem) -> list[GpuTotals]:
     hw = problem.hw
     by_name = {t.name: t for t in problem.tables}
     totals = [GpuTotals() for _ in range(hw.world_size)]
-    memo: dict[tuple[str, str, str, float, int, int], tuple[CostBreakdown, MemoryFootprint]] = {}
+    memo: dict[tuple[str, str, str, float, int, int],
+               tuple[CostBreakdown, MemoryFootprint, np.ndarray, np.ndarray]] = {}
+    piece_inter = np.zeros((hw.world_size, 3))
+    host_rate = np.zeros((hw.hosts, 3))
     for i, tp in enumerate(layout.tables):
         info = by_name.get(tp.name)
         if info is None:
@@ -54,16 +67,24 @@ def gpu_totals(layout: PlanLayout, problem: Problem) -> list[GpuTotals]:
             key = (tp.name, tp.sharding_type.value, tp.tier.value, ratio, pc.row_count,
                    pc.col_count)
             if key not in memo:
+                traffic = piece_traffic(info.geom, tp.sharding_type, tp.tier, ratio,
+                                        pc.row_count, pc.col_count, hw, problem.model)
                 memo[key] = (
-                    piece_cost(info.geom, tp.sharding_type, tp.tier, ratio, pc.row_count,
-                               pc.col_count, hw, problem.model),
+                    traffic_cost(traffic, hw),
                     piece_memory(info.geom, tp.tier, ratio, pc.row_count, pc.col_count, hw),
+                    *piece_sides(traffic),
                 )
-            cost, mem = memo[key]
+            cost, mem, inter, rate = memo[key]
+            piece_inter[pc.rank] += inter
+            host_rate[hw.host_of(pc.rank)] += rate
             acc = totals[pc.rank]
             acc.cost = acc.cost + cost
             acc.memory = acc.memory + mem
             acc.pieces += 1
+    extra = owner_wait(piece_inter, host_rate, np.arange(hw.world_size) // hw.gpus_per_host,
+                       problem.model.batch_per_gpu, hw.eff_nic_bw)
+    for acc, wait in zip(totals, extra.tolist(), strict=True):
+        acc.cost = acc.cost + CostBreakdown(owner_a2a=wait)
     return totals
 
 
@@ -71,6 +92,7 @@ def cost_terms(c: CostBreakdown, pipelined: bool) -> CostTerms:
     return CostTerms(
         lookup_s=c.lookup, backward_s=c.backward, cache_miss_s=c.cache_miss,
         input_a2a_s=c.input_a2a, output_a2a_s=c.output_a2a, allreduce_s=c.allreduce,
+        owner_a2a_s=c.owner_a2a,
         compute_s=c.compute, comm_s=c.comm, total_s=c.total(pipelined),
     )
 

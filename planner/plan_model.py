@@ -42,6 +42,7 @@ class CostTerms(StrictModel):
     input_a2a_s: float
     output_a2a_s: float
     allreduce_s: float
+    owner_a2a_s: float = 0.0  # sample owners' NIC side beyond the pieces' (placement-dependent)
     compute_s: float
     comm_s: float
     total_s: float

@@ -14,8 +14,15 @@ from planner.candidates import (
 )
 from planner.errors import InfeasibleError
 from planner.partition.assignment import Assignment
-from planner.partition.cpsat import ProgressFn, SolveResult, repack, solve_exact
+from planner.partition.cpsat import (
+    EXACT_MAX_VARS,
+    ProgressFn,
+    SolveResult,
+    repack,
+    solve_exact,
+)
 from planner.partition.greedy import greedy
+from planner.partition.hierarchical import host_model_size, solve_hierarchical
 from planner.partition.local_search import local_search
 from planner.partition.state import LoadState
 from planner.plan_build import build_plan
@@ -30,10 +37,18 @@ log = logging.getLogger("planner")
 
 # Local-search step budget: steps, not seconds, so the same request gives the same plan.
 _STEPS_PER_TABLE = 20
-_MIN_STEPS = 2000
+_MIN_STEPS, _MAX_STEPS = 2000, 20_000
+# Extra heuristic starts only up to this many tables: the table-wise one pays on few, evenly
+# sized tables (criteo_kaggle); above it neither has won a case, and each costs a local search.
+_SMALL_TABLES = 256
 # auto: a plan this close to the bound is good enough; CP-SAT runs only for plans further
 # away, and stops as soon as it gets this close.
 AUTO_GAP = 0.01
+# A plan this close to a proven bound is optimal up to the CP-SAT model's resolution (costs in
+# units of 1e-7 of the makespan, rounded down, summed over a GPU's pieces).
+PROVEN_TOL = 1e-5
+# Up to this many hosts the flat exact model; above it the hierarchical one (see _solve).
+_FLAT_MAX_HOSTS = 2
 
 
 def resolve(request: PlanRequest | ResolvedRequest | dict[str, Any]) -> ResolvedRequest:
@@ -68,7 +83,7 @@ def _unplaceable(problem: Problem, table: int) -> InfeasibleError:
                    f"{t.constraints.pinned_ranks})",
             table=name,
         )
-    empty = LoadState(problem.hw, problem.model.pipelined)
+    empty = LoadState(problem.hw, problem.model)
     short = min((empty.shortfall(c, None) for c in every), key=lambda s: s.need - s.free)
     return InfeasibleError(
         reason=(f"table '{name}' fits no GPU or host with the shardings and tiers it allows: "
@@ -126,25 +141,35 @@ def _decisions(problem: Problem, slow: bool, bound: LowerBound, a: Assignment) -
 
 
 def _makespan(problem: Problem, a: Assignment) -> float:
-    state = LoadState.of_choices(problem.hw, problem.model.pipelined, a.choices)
+    state = LoadState.of_choices(problem.hw, problem.model, a.choices)
     return float(state.load().max())
 
 
 def _best_start(problem: Problem, cands: list[list[Candidate]], bound: LowerBound) -> Assignment:
-    """Local search from two starts, keep the better: the candidate-choosing greedy, and a
-    table-wise-only LPT (the ZionEX-style start, which wins on tiny, evenly sized tables).
-    Both are deterministic, so the result is too."""
-    steps = max(_MIN_STEPS, _STEPS_PER_TABLE * len(cands))
+    """Local search from several deterministic starts, keep the best: the candidate-choosing
+    greedy; on up to _SMALL_TABLES tables also a table-wise-only LPT (the ZionEX-style start,
+    which wins on few, evenly sized tables) and, on several hosts, the greedy that scores the
+    all-to-alls' owner side while it builds (better on some multi-host instances)."""
+    steps = min(_MAX_STEPS, max(_MIN_STEPS, _STEPS_PER_TABLE * len(cands)))
     best = local_search(problem, cands, greedy(problem, cands, bound.prices), steps)
+    if len(cands) > _SMALL_TABLES:
+        return best
+    others: list[tuple[str, list[list[Candidate]], bool]] = []
     table_wise = [[c for c in cs if c.kind is ShardingType.TABLE_WISE] for cs in cands]
-    if all(table_wise) and any(len(tw) < len(cs) for tw, cs in zip(table_wise, cands, strict=True)):
+    if all(table_wise) and any(len(tw) < len(cs)
+                               for tw, cs in zip(table_wise, cands, strict=True)):
+        others.append(("the table-wise start", table_wise, False))
+    if problem.hw.hosts > 1:
+        others.append(("the owner-side-aware greedy", cands, True))
+    for label, pool, owner in others:
         try:
-            other = local_search(problem, cands, greedy(problem, table_wise, bound.prices), steps)
+            other = local_search(problem, cands,
+                                 greedy(problem, pool, bound.prices, owner_side=owner), steps)
         except InfeasibleError:
-            return best
+            continue
         if _makespan(problem, other) < _makespan(problem, best):
-            other.notes.append("kept the plan grown from the table-wise start")
-            return other
+            other.notes.append(f"kept the plan grown from {label}")
+            best = other
     return best
 
 
@@ -167,6 +192,8 @@ def plan(request: PlanRequest | ResolvedRequest | dict[str, Any],
     assignment = solved.assignment if solved is not None else heuristic
     if solved is not None and solved.bound_s is not None:
         bound = bound.with_solver(solved.bound_s)
+    proven = solved is not None and _makespan(problem, assignment) <= bound.value_s * (
+        1 + PROVEN_TOL)
     layout = layout_of(problem, assignment)
     warnings = []
     tiers = {c.cand.tier.value for c in assignment.choices}
@@ -179,7 +206,7 @@ def plan(request: PlanRequest | ResolvedRequest | dict[str, Any],
         # proven optimal over the candidate space.
         if solved.assignment is heuristic:
             solver = f"{assignment.solver} + cp-sat"
-        status = solved.status
+        status = "optimal" if proven else solved.status
         det = solved.det_time
         history = [SolverPoint(det_time=p.det_time, incumbent_s=p.incumbent_s,
                                bound_s=p.bound_s) for p in solved.history]
@@ -191,8 +218,13 @@ def _solve(problem: Problem, cands: list[list[Candidate]], bound: LowerBound,
            start: Assignment, req: ResolvedRequest,
            progress: ProgressFn | None) -> SolveResult | None:
     """CP-SAT after the heuristic, as the options ask: `greedy` never, `ilp` always, `auto`
-    unless the heuristic plan is already within AUTO_GAP of the bound. The exact model when it
-    is small enough, else the re-pack. The result is never worse than `start`."""
+    unless the heuristic plan is already within AUTO_GAP of the bound. Which CP-SAT mode
+    (measured in benchmarks/results/solvers.md):
+    - one or two hosts: the exact model when it is small enough, else the re-pack;
+    - several hosts: the hierarchical model (hosts, then GPUs) when its host level is small
+      enough, which proved what the flat model could not on 16 hosts and gives the tighter
+      bound, then the re-pack with the rest of the budget;
+    The result is never worse than `start`."""
     opts = req.options
     if opts.solver == "greedy":
         return None
@@ -201,11 +233,22 @@ def _solve(problem: Problem, cands: list[list[Candidate]], bound: LowerBound,
         start.notes.append(f"heuristic plan within {AUTO_GAP:.1%} of the bound: CP-SAT skipped")
         return None
     target = AUTO_GAP if opts.solver == "auto" else None
-    result = solve_exact(problem, cands, start, opts.time_limit_s, opts.seed, bound.value_s,
-                         target, progress)
-    if result is None:
-        result = repack(problem, cands, start, opts.time_limit_s, opts.seed, progress)
-    return result
+    budget, seed = opts.time_limit_s, opts.seed
+    if problem.hw.hosts <= _FLAT_MAX_HOSTS:
+        result = solve_exact(problem, cands, start, budget, seed, bound.value_s, target,
+                             progress)
+        return result or repack(problem, cands, start, budget, seed, progress)
+    if host_model_size(problem, cands) > EXACT_MAX_VARS:
+        return repack(problem, cands, start, budget, seed, progress)
+    first = solve_hierarchical(problem, cands, start, budget / 2, seed, progress)
+    best = max(bound.value_s, first.bound_s or 0.0)
+    if target is not None and _makespan(problem, first.assignment) <= best * (1 + target):
+        return first
+    second = repack(problem, cands, first.assignment, budget - first.det_time, seed, progress)
+    return SolveResult(second.assignment,
+                       f"{first.status}; re-pack: {second.status}", first.bound_s,
+                       round(first.det_time + second.det_time, 6),
+                       first.history + second.history)
 
 
 def evaluate(layout: PlanLayout) -> Plan:

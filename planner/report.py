@@ -37,7 +37,8 @@ def render(plan: Plan, console: Console, planning_time_s: float | None = None) -
     if tiers:
         t.add_column("DDR", justify="right")
         t.add_column("SSD", justify="right")
-    for col in ("lookup", "backward", "cache miss", "in a2a", "out a2a", "allreduce", "total"):
+    for col in ("lookup", "backward", "cache miss", "in a2a", "out a2a", "owner a2a",
+                "allreduce", "total"):
         t.add_column(col, justify="right")
     step = plan.summary.step_time_s
     for g in shown:
@@ -50,7 +51,7 @@ def render(plan: Plan, console: Console, planning_time_s: float | None = None) -
         if c.total_s >= step:
             total = f"[bold red]{total}[/]"
         row += [_ms(c.lookup_s), _ms(c.backward_s), _ms(c.cache_miss_s), _ms(c.input_a2a_s),
-                _ms(c.output_a2a_s), _ms(c.allreduce_s), total]
+                _ms(c.output_a2a_s), _ms(c.owner_a2a_s), _ms(c.allreduce_s), total]
         t.add_row(*row)
     if len(shown) < len(gpus):
         t.caption = f"the {len(shown)} slowest of {len(gpus)} GPUs"
@@ -69,7 +70,8 @@ def render(plan: Plan, console: Console, planning_time_s: float | None = None) -
     console.print(f"[bold]lower bound[/] {_ms(s.lower_bound_s)} ms, gap {s.gap:.2%}  "
                   f"({s.lower_bound_note})")
     timing = f", planned in {planning_time_s:.2f} s" if planning_time_s is not None else ""
-    console.print(f"[bold]solver[/] {s.solver}: {s.status}{timing}")
+    det = f", CP-SAT {s.solver_det_time:.3g} deterministic s" if s.solver_det_time else ""
+    console.print(f"[bold]solver[/] {s.solver}: {s.status}{timing}{det}")
     console.print("sharding: " + ", ".join(f"{k} {v}" for k, v in s.tables_per_type.items())
                   + "; tiers: " + ", ".join(f"{k} {v}" for k, v in s.tables_per_tier.items()))
     for d in s.decisions:

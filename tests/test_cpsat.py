@@ -100,7 +100,7 @@ def brute_force(req: dict[str, Any]) -> float:
             if fits(nxt) and float(nxt.load().max()) < best:
                 go(t + 1, nxt)
 
-    go(0, LoadState(hw, problem.model.pipelined))
+    go(0, LoadState(hw, problem.model))
     return best
 
 
@@ -167,3 +167,23 @@ def test_proven_optimum_closes_the_gap() -> None:
     assert p.summary.solver_history
     h = p.summary.solver_history[-1]
     assert h.bound_s is not None and h.bound_s <= h.incumbent_s
+
+
+def test_progress_shows_incumbent_and_bound_on_a_terminal_only() -> None:
+    import io
+
+    from rich.console import Console
+
+    from planner.progress import solver_progress
+
+    buf = io.StringIO()
+    term = Console(file=buf, force_terminal=True, width=120)
+    with solver_progress(term, enabled=True) as update:
+        assert update is not None
+        update(cpsat.Progress(det_time=0.5, incumbent_s=0.002, bound_s=0.0019))
+    assert "incumbent 2 ms" in buf.getvalue() and "bound 1.9 ms" in buf.getvalue()
+    with solver_progress(term, enabled=False) as update:  # --quiet
+        assert update is None
+    pipe = Console(file=io.StringIO(), force_terminal=False)
+    with solver_progress(pipe, enabled=True) as update:  # output not a terminal
+        assert update is None

@@ -27,13 +27,16 @@ log = logging.getLogger("planner.cpsat")
 
 # Integer resolution: the start's makespan is this many units (see cpsat_model for rounding).
 _UNITS_PER_MAKESPAN = 10_000_000
-# The wall clock only stops a solve that runs far past its deterministic budget.
-_WALL_FACTOR, _WALL_SLACK_S = 4.0, 5.0
+# The wall clock only stops a solve that runs far past its deterministic budget (a loaded
+# 2-core machine took 13 s of wall time for 0.8 deterministic s); if it ever binds, the plan
+# says so, since it is then not reproducible.
+_WALL_FACTOR, _WALL_SLACK_S = 20.0, 60.0
 # The exact model is built when it has at most this many variables.
 EXACT_MAX_VARS = 60_000
 # Re-pack neighbourhood: the slowest GPUs, the least loaded, and a few drawn at random.
 _SLOWEST, _LEAST, _RANDOM = 3, 6, 3
 _MAX_FREE_TABLES = 120
+_MAX_ROUND_VARS = 20_000  # variables of one re-pack model
 _ROUND_BUDGET = 0.5  # deterministic seconds per re-pack round
 _PATIENCE = 6  # rounds without improvement before the re-pack stops
 _REL_EPS = 1e-9
@@ -61,8 +64,12 @@ class SolveResult:
 
 
 def makespan(problem: Problem, choices: list[TableChoice]) -> float:
-    state = LoadState.of_choices(problem.hw, problem.model.pipelined, choices)
+    state = LoadState.of_choices(problem.hw, problem.model, choices)
     return float(state.load().max())
+
+
+def _hit_wall(solver: cp_model.CpSolver) -> bool:
+    return solver.wall_time >= solver.parameters.max_time_in_seconds * 0.99
 
 
 def _params(budget: float, seed: int) -> cp_model.CpSolver:
@@ -75,6 +82,10 @@ def _params(budget: float, seed: int) -> cp_model.CpSolver:
     # Symmetry detection over identical GPUs cost up to 10 s of wall time and stalled the
     # solve after presolve on deeprecsys_rm2 x 128 GPUs; without it, proved optimal in 0.9 s.
     p.symmetry_level = 0
+    # Presolve probing took 1.45 of a 2 det-s budget (5.4 s of wall time) on the
+    # hierarchical model of criteo_dcnv2 x 16 hosts and ignored its own time limit, leaving
+    # nothing to search with; without it CP-SAT starts from the hint at once.
+    p.cp_model_probing_level = 0
     p.random_seed = seed
     return solver
 
@@ -92,13 +103,23 @@ class _Recorder(cp_model.CpSolverSolutionCallback):
     def on_solution_callback(self) -> None:
         incumbent = self.objective_value * self.unit
         bound = self.best_objective_bound * self.unit
-        point = Progress(round(self.deterministic_time, 6), incumbent, bound)
+        point = Progress(round(self.deterministic_time, 6), incumbent, max(bound, 0.0))
         self.history.append(point)
         if self.progress is not None:
             self.progress(point)
         best = max(bound, self.bound_s)
         if self.target_gap is not None and incumbent <= best * (1 + self.target_gap):
             self.stop_search()
+
+
+def exact_model_size(problem: Problem, cands: list[list[Candidate]]) -> int:
+    """Variables the exact model would have (an upper estimate), without building it."""
+    hw = problem.hw
+    g, w, hosts = hw.gpus_per_host, hw.world_size, hw.hosts
+    per_group = {Scope.GPU: lambda k: w, Scope.HOST_FIXED: lambda k: hosts,
+                 Scope.HOST_FREE: lambda k: hosts * (1 + k * g), Scope.WORLD: lambda k: 0}
+    return sum(1 + sum(per_group[c.scope](len(grp)) for grp in c.groups)
+               for cs in cands for c in cs)
 
 
 def solve_exact(problem: Problem, cands: list[list[Candidate]], start: Assignment,
@@ -108,15 +129,16 @@ def solve_exact(problem: Problem, cands: list[list[Candidate]], start: Assignmen
     would be too large (the caller re-packs instead). Stops early once within `target_gap`
     of the best bound, when one is given."""
     hw = problem.hw
+    size = exact_model_size(problem, cands)
+    if size > EXACT_MAX_VARS:
+        log.info("exact model would have %d variables (> %d): re-pack instead",
+                 size, EXACT_MAX_VARS)
+        return None
     start_s = makespan(problem, start.choices)
     unit = max(start_s, 1e-12) / _UNITS_PER_MAKESPAN
     model = PartitionModel(problem, cands, list(range(len(cands))),
                            np.ones(hw.world_size, dtype=bool),
-                           LoadState(hw, problem.model.pipelined), unit, allow_world=True)
-    if model.num_vars > EXACT_MAX_VARS:
-        log.info("exact model would have %d variables (> %d): re-pack instead",
-                 model.num_vars, EXACT_MAX_VARS)
-        return None
+                           LoadState(hw, problem.model), unit, allow_world=True)
     model.hint(dict(enumerate(start.choices)))
     solver = _params(budget, seed)
     history: list[Progress] = []
@@ -127,10 +149,12 @@ def solve_exact(problem: Problem, cands: list[list[Candidate]], start: Assignmen
         log.info("CP-SAT found no solution within %.3g deterministic s", budget)
         return SolveResult(start, "no better plan within the limit", None, det, history)
     # The bound: unit * (integer bound), valid because coefficients were rounded down.
-    bound = solver.best_objective_bound * unit
+    bound = max(solver.best_objective_bound, 0.0) * unit
     chosen = model.extract(solver)
     choices = [chosen[t] for t in range(len(cands))]
-    if status == cp_model.OPTIMAL:
+    if _hit_wall(solver):
+        label = "feasible (stopped by the wall-clock safety limit: not reproducible)"
+    elif status == cp_model.OPTIMAL:
         label = "optimal"
     elif history and target_gap is not None and history[-1].incumbent_s <= max(
             bound, bound_s) * (1 + target_gap):
@@ -154,14 +178,14 @@ def repack(problem: Problem, cands: list[list[Candidate]], start: Assignment,
     hw = problem.hw
     rng = np.random.default_rng(seed)
     choices = list(start.choices)
-    state = LoadState.of_choices(hw, problem.model.pipelined, choices)
+    state = LoadState.of_choices(hw, problem.model, choices)
     current = float(state.load().max())
     history: list[Progress] = []
     spent, rounds, idle, improved = 0.0, 0, 0, 0
     while spent < budget and idle < _PATIENCE and hw.world_size > 1:
         rounds += 1
         scope = _neighbourhood(state, rng)
-        free = _free_tables(choices, scope, state)
+        free = _free_tables(choices, cands, scope, state)
         if not free:
             idle += 1
             continue
@@ -185,7 +209,10 @@ def repack(problem: Problem, cands: list[list[Candidate]], start: Assignment,
             for grp, ranks in zip(ch.cand.groups, ch.ranks, strict=True):
                 trial.apply(grp, ranks)
         after = trial.load()
-        if float(after[scope].max()) < local_before * (1 - _REL_EPS):
+        # The owner side moves with the hosts' shares, so GPUs outside the neighbourhood can
+        # change too: keep the round only if the whole cluster's makespan does not rise.
+        if (float(after[scope].max()) < local_before * (1 - _REL_EPS)
+                and float(after.max()) <= current * (1 + _REL_EPS)):
             for t, ch in new.items():
                 choices[t] = ch
             state = trial
@@ -223,10 +250,11 @@ def _neighbourhood(state: LoadState, rng: np.random.Generator) -> np.ndarray:
     return scope
 
 
-def _free_tables(choices: list[TableChoice], scope: np.ndarray,
-                 state: LoadState) -> list[int]:
+def _free_tables(choices: list[TableChoice], cands: list[list[Candidate]],
+                 scope: np.ndarray, state: LoadState) -> list[int]:
     """Tables whose pieces all lie in the neighbourhood (not world-wide ones), the most
-    expensive on the slowest GPU of the neighbourhood first, at most _MAX_FREE_TABLES."""
+    expensive on the slowest GPU of the neighbourhood first, while the model stays under
+    _MAX_FREE_TABLES tables and about _MAX_ROUND_VARS variables."""
     load = state.load()
     hot = int(np.flatnonzero(scope)[np.argmax(load[scope])])
     inside: list[tuple[float, int]] = []
@@ -240,5 +268,14 @@ def _free_tables(choices: list[TableChoice], scope: np.ndarray,
                      for g, r in zip(ch.cand.groups, ch.ranks, strict=True))
         inside.append((-on_hot, t))
     inside.sort()
-    return sorted(t for _, t in inside[:_MAX_FREE_TABLES])
+    size, chosen = 0, []
+    gpus = int(scope.sum())
+    for _, t in inside[:_MAX_FREE_TABLES]:
+        # GPU-scope groups dominate the size: one variable per group and GPU of the scope.
+        cost = sum(1 + len(c.groups) * gpus for c in cands[t] if c.scope is not Scope.WORLD)
+        if chosen and size + cost > _MAX_ROUND_VARS:
+            break
+        size += cost
+        chosen.append(t)
+    return sorted(chosen)
 

@@ -8,12 +8,16 @@ Variables, per table t and candidate c (DESIGN.md, "Partitioning"):
   HOST_FREE scope    z[t,c,h] and v[t,c,j,h,l]: piece j on local GPU l of host h, each piece
                      once on the chosen host, at most one piece per GPU;
   WORLD scope        fixed: piece i on rank i whenever x is set.
-Per GPU r, load_r = base_r + sum of the chosen pieces' seconds <= T (compute and communication
-each <= T when the step is pipelined); HBM per GPU and DDR and SSD per host stay under caps.
+Per GPU r, load_r = base_r + sum of the chosen pieces' seconds + e_r <= T (compute and
+communication each <= T when the step is pipelined); HBM per GPU and DDR and SSD per host stay
+under caps. e_r is the owner side of the all-to-alls (cost_models/placement.py), per phase k:
+  H[h,k] = owner seconds of the pieces on host h,   e[r,k] >= sum_h H[h,k] - H[host(r),k]
+           - (inter-host seconds of r's own pieces),  e[r,k] >= 0.
 
-Seconds become integers in units of `unit`, rounded down. Every plan's true load is then at
-least unit * its integer load, so unit * (the solver's bound) is a valid lower bound on the
-true makespan; the plan itself is re-costed exactly by plan_build.
+Seconds become integers in units of `unit`, rounded down (the pieces' own inter-host seconds,
+subtracted in e, rounded up). Every plan's true load is then at least unit * its integer load,
+so unit * (the solver's bound) is a valid lower bound on the true makespan; the plan itself is
+re-costed exactly by plan_build.
 
 The same builder serves the exact model (every table, every GPU) and the large-neighbourhood
 re-pack (a few GPUs, the tables that live only on them, the rest fixed as base load).
@@ -55,17 +59,25 @@ class _Load:
     comp: list[int] = field(default_factory=list)
     comm: list[int] = field(default_factory=list)
     mem: list[int] = field(default_factory=list)  # HBM for a GPU
-    mem2: list[int] = field(default_factory=list)  # SSD for a host (mem is DDR)
+    inter: list[tuple[int, int, int]] = field(default_factory=list)  # per phase, GPU only
+    # Host only: the vars with DDR or SSD, their bytes; every var on the host, its rates.
+    mvars: list[cp_model.IntVar] = field(default_factory=list)
+    ddr: list[int] = field(default_factory=list)
+    ssd: list[int] = field(default_factory=list)
+    rvars: list[cp_model.IntVar] = field(default_factory=list)
+    rate: list[tuple[int, int, int]] = field(default_factory=list)
 
 
 class PartitionModel:
     """Builds the model over the ranks in `scope` for the tables in `free`; the loads and
-    memory of everything else come in `base`."""
+    memory of everything else come in `base`. `group_host`, when given, puts group g of
+    table t on host group_host[t][g] (the hierarchical mode's second level)."""
 
     def __init__(self, problem: Problem, cands: list[list[Candidate]], free: list[int],
                  scope: np.ndarray, base: LoadState, unit: float,
-                 allow_world: bool) -> None:
+                 allow_world: bool, group_host: dict[int, list[int]] | None = None) -> None:
         self.problem, self.unit = problem, unit
+        self.group_host = group_host
         hw = problem.hw
         self.g, self.w, self.hosts = hw.gpus_per_host, hw.world_size, hw.hosts
         self.scope = scope
@@ -97,26 +109,39 @@ class PartitionModel:
     def _ticks(self, seconds: np.ndarray) -> np.ndarray:
         return np.floor(np.asarray(seconds, dtype=np.float64) / self.unit).astype(np.int64)
 
-    def _add_piece(self, var: cp_model.IntVar, rank: int, comp: int, comm: int, hbm: int,
-                   ddr: int, ssd: int) -> None:
+    def _sides(self, grp: Group) -> tuple[np.ndarray, np.ndarray]:
+        """Per piece and phase: its own inter-host ticks (rounded up) and the owner ticks
+        per GPU it causes on other hosts (rounded down)."""
+        nic = self.problem.hw.eff_nic_bw
+        inter = np.ceil(grp.inter / nic / self.unit).astype(np.int64)
+        rate = self._ticks(grp.rate * self.problem.model.batch_per_gpu / nic)
+        return inter, rate
+
+    def _add_piece(self, var: cp_model.IntVar, rank: int, grp: Group, j: int,
+                   ticks: tuple[np.ndarray, ...]) -> None:
+        comp, comm, inter, rate = ticks
         gl = self.gpu[rank]
         gl.vars.append(var)
-        gl.comp.append(comp)
-        gl.comm.append(comm)
-        gl.mem.append(hbm)
+        gl.comp.append(int(comp[j]))
+        gl.comm.append(int(comm[j]))
+        gl.mem.append(int(grp.hbm[j]))
+        gl.inter.append((int(inter[j, 0]), int(inter[j, 1]), int(inter[j, 2])))
         hl = self.host[rank // self.g]
-        if ddr or ssd:
-            hl.vars.append(var)
-            hl.mem.append(ddr)
-            hl.mem2.append(ssd)
+        if grp.ddr[j] or grp.ssd[j]:
+            hl.mvars.append(var)
+            hl.ddr.append(int(grp.ddr[j]))
+            hl.ssd.append(int(grp.ssd[j]))
+        if rate[j].any():
+            hl.rvars.append(var)
+            hl.rate.append((int(rate[j, 0]), int(rate[j, 1]), int(rate[j, 2])))
 
-    def _add_group(self, var: cp_model.IntVar, grp: Group, ranks: np.ndarray,
-                   pieces: np.ndarray | None = None) -> None:
-        comp, comm = self._ticks(grp.comp), self._ticks(grp.comm)
-        idx = range(len(grp)) if pieces is None else pieces
-        for j, r in zip(idx, ranks.tolist(), strict=True):
-            self._add_piece(var, r, int(comp[j]), int(comm[j]), int(grp.hbm[j]),
-                            int(grp.ddr[j]), int(grp.ssd[j]))
+    def _group_ticks(self, grp: Group) -> tuple[np.ndarray, ...]:
+        return (self._ticks(grp.comp), self._ticks(grp.comm), *self._sides(grp))
+
+    def _add_group(self, var: cp_model.IntVar, grp: Group, ranks: np.ndarray) -> None:
+        ticks = self._group_ticks(grp)
+        for j, r in enumerate(ranks.tolist()):
+            self._add_piece(var, r, grp, j, ticks)
 
     def _candidate(self, t: int, ci: int, cand: Candidate, allowed: np.ndarray,
                    whole_hosts: np.ndarray) -> _CandVars | None:
@@ -129,25 +154,30 @@ class PartitionModel:
         entry = _CandVars(cand, x, [])
         for gi, grp in enumerate(cand.groups):
             place = _GroupPlacement()
+            on_gpus, on_hosts = allowed, host_ok
+            if self.group_host is not None and cand.scope is not Scope.WORLD:
+                only = self.group_host[t][gi]
+                on_gpus = allowed & (np.arange(self.w) // g == only)
+                on_hosts = host_ok & (np.arange(self.hosts) == only)
             if cand.scope is Scope.WORLD:
                 place.options.append((x, np.arange(self.w)))
                 self._add_group(x, grp, np.arange(self.w))
             elif cand.scope is Scope.GPU:
-                fits = allowed & (grp.hbm[0] <= hw.hbm_cap)
+                fits = on_gpus & (grp.hbm[0] <= hw.hbm_cap)
                 for r in np.flatnonzero(fits).tolist():
                     y = m.new_bool_var(f"y_t{t}_c{ci}_g{gi}_r{r}")
                     place.options.append((y, np.array([r])))
                     self._add_group(y, grp, np.array([r]))
                 m.add(sum(v for v, _ in place.options) == x)
             elif cand.scope is Scope.HOST_FIXED:
-                for h in np.flatnonzero(host_ok).tolist():
+                for h in np.flatnonzero(on_hosts).tolist():
                     z = m.new_bool_var(f"z_t{t}_c{ci}_g{gi}_h{h}")
                     ranks = h * g + np.arange(len(grp))
                     place.options.append((z, ranks))
                     self._add_group(z, grp, ranks)
                 m.add(sum(v for v, _ in place.options) == x)
             else:
-                self._host_free(t, ci, gi, grp, host_ok, place, x)
+                self._host_free(t, ci, gi, grp, on_hosts, place, x)
             entry.groups.append(place)
         return entry
 
@@ -162,7 +192,7 @@ class PartitionModel:
     def _host_free(self, t: int, ci: int, gi: int, grp: Group, host_ok: np.ndarray,
                    place: _GroupPlacement, x: cp_model.IntVar) -> None:
         m, g, k = self.model, self.g, len(grp)
-        comp, comm = self._ticks(grp.comp), self._ticks(grp.comm)
+        ticks = self._group_ticks(grp)
         zs = []
         for h in np.flatnonzero(host_ok).tolist():
             z = m.new_bool_var(f"z_t{t}_c{ci}_g{gi}_h{h}")
@@ -173,8 +203,7 @@ class PartitionModel:
                 for loc in range(g):
                     var = m.new_bool_var(f"v_t{t}_c{ci}_g{gi}_h{h}_p{j}_l{loc}")
                     row.append(var)
-                    self._add_piece(var, h * g + loc, int(comp[j]), int(comm[j]),
-                                    int(grp.hbm[j]), int(grp.ddr[j]), int(grp.ssd[j]))
+                    self._add_piece(var, h * g + loc, grp, j, ticks)
                 m.add(sum(row) == z)
                 v.append(row)
             for loc in range(g):
@@ -183,13 +212,54 @@ class PartitionModel:
         if zs:
             m.add(sum(zs) == x)
 
+    def _base_ticks(self) -> tuple[np.ndarray, ...]:
+        """The fixed part's compute, comm, own inter-host and per-host owner ticks."""
+        base, nic = self.base, self.problem.hw.eff_nic_bw
+        inter = np.ceil(base.inter / nic / self.unit).astype(np.int64)
+        rate = self._ticks(base.rate * self.problem.model.batch_per_gpu / nic)
+        return self._ticks(base.comp), self._ticks(base.comm), inter, rate
+
+    def _owner_side(self) -> dict[int, list[cp_model.IntVar]]:
+        """e[r,k] per GPU in scope (none on one host, where nothing crosses a NIC)."""
+        m = self.model
+        self.host_rate_vars: list[list[cp_model.IntVar]] = []
+        if self.hosts < 2:
+            return {}
+        _, _, base_inter, base_rate = self._base_ticks()
+        top = int(base_rate.sum()) + sum(sum(sum(x) for x in hl.rate) for hl in self.host)
+        top = max(top, 1)
+        for h, hl in enumerate(self.host):
+            row = []
+            for k in range(3):
+                v = m.new_int_var(0, top, f"owner_h{h}_k{k}")
+                m.add(v == cp_model.LinearExpr.weighted_sum(hl.rvars, [x[k] for x in hl.rate])
+                      + int(base_rate[h, k]))
+                row.append(v)
+            self.host_rate_vars.append(row)
+        hv = self.host_rate_vars
+        total = [sum(hv[h][k] for h in range(self.hosts)) for k in range(3)]
+        out: dict[int, list[cp_model.IntVar]] = {}
+        for r in np.flatnonzero(self.scope).tolist():
+            gl, h = self.gpu[r], r // self.g
+            es = []
+            for k in range(3):
+                e = m.new_int_var(0, top, f"owner_r{r}_k{k}")
+                own = cp_model.LinearExpr.weighted_sum(gl.vars, [x[k] for x in gl.inter])
+                m.add(e >= total[k] - hv[h][k] - own - int(base_inter[r, k]))
+                es.append(e)
+            out[r] = es
+        self.owner_top = top
+        return out
+
     def _limits(self) -> cp_model.IntVar:
         m, hw, base = self.model, self.problem.hw, self.base
         pipelined = self.problem.model.pipelined
-        base_comp, base_comm = self._ticks(base.comp), self._ticks(base.comm)
+        base_comp, base_comm, _, _ = self._base_ticks()
         base_load = np.maximum(base_comp, base_comm) if pipelined else base_comp + base_comm
+        self.owner = self._owner_side()
         ranks = np.flatnonzero(self.scope)
         upper = int(base_load[ranks].max()) if len(ranks) else 0
+        upper += 3 * getattr(self, "owner_top", 0)
         for r in ranks.tolist():
             gl = self.gpu[r]
             upper += int(max(sum(gl.comp), sum(gl.comm)) if pipelined
@@ -197,26 +267,27 @@ class PartitionModel:
         t_var = m.new_int_var(0, max(upper, 1), "makespan")
         for r in ranks.tolist():
             gl = self.gpu[r]
+            wait = sum(self.owner.get(r, []))
             if pipelined:
                 m.add(cp_model.LinearExpr.weighted_sum(gl.vars, gl.comp) + int(base_comp[r])
                       <= t_var)
                 m.add(cp_model.LinearExpr.weighted_sum(gl.vars, gl.comm) + int(base_comm[r])
-                      <= t_var)
+                      + wait <= t_var)
             else:
                 both = [a + b for a, b in zip(gl.comp, gl.comm, strict=True)]
                 m.add(cp_model.LinearExpr.weighted_sum(gl.vars, both) + int(base_load[r])
-                      <= t_var)
+                      + wait <= t_var)
             free_hbm = int(hw.hbm_cap - base.hbm[r])
             if gl.vars and sum(gl.mem) > free_hbm:
                 m.add(cp_model.LinearExpr.weighted_sum(gl.vars, gl.mem) <= free_hbm)
         for h, hl in enumerate(self.host):
-            if not hl.vars:
+            if not hl.mvars:
                 continue
             free_ddr, free_ssd = int(hw.ddr_cap - base.ddr[h]), int(hw.ssd_cap - base.ssd[h])
-            if sum(hl.mem) > free_ddr:
-                m.add(cp_model.LinearExpr.weighted_sum(hl.vars, hl.mem) <= free_ddr)
-            if sum(hl.mem2) > free_ssd:
-                m.add(cp_model.LinearExpr.weighted_sum(hl.vars, hl.mem2) <= free_ssd)
+            if sum(hl.ddr) > free_ddr:
+                m.add(cp_model.LinearExpr.weighted_sum(hl.mvars, hl.ddr) <= free_ddr)
+            if sum(hl.ssd) > free_ssd:
+                m.add(cp_model.LinearExpr.weighted_sum(hl.mvars, hl.ssd) <= free_ssd)
         m.minimize(t_var)
         return t_var
 
@@ -248,24 +319,41 @@ class PartitionModel:
                             var = v[j][r - h * self.g]
                             if var is not None:
                                 on.add(var.index)
+        ints = self._hinted_ints(on)
         for i in range(len(m.proto.variables)):
-            if i == self.makespan.index:
-                continue
-            m.add_hint(m.get_bool_var_from_proto_index(i), i in on)
-        m.add_hint(self.makespan, self._hinted_makespan(on))
+            if i not in ints:
+                m.add_hint(m.get_bool_var_from_proto_index(i), i in on)
+        for i, value in ints.items():
+            m.add_hint(m.get_int_var_from_proto_index(i), value)
 
-    def _hinted_makespan(self, on: set[int]) -> int:
+    def _hinted_ints(self, on: set[int]) -> dict[int, int]:
+        """The owner-side and makespan values the hinted booleans imply, by proto index."""
         pipelined = self.problem.model.pipelined
-        base_comp, base_comm = self._ticks(self.base.comp), self._ticks(self.base.comm)
+        base_comp, base_comm, base_inter, base_rate = self._base_ticks()
+        out: dict[int, int] = {}
+        rate = base_rate.copy()
+        for h, hl in enumerate(self.host):
+            for v, x in zip(hl.rvars, hl.rate, strict=True):
+                if v.index in on:
+                    rate[h] += np.array(x)
+        for h, row in enumerate(self.host_rate_vars):
+            for k, v in enumerate(row):
+                out[v.index] = int(rate[h, k])
+        total = rate.sum(axis=0)
         worst = 0
         for r in np.flatnonzero(self.scope).tolist():
             gl = self.gpu[r]
-            comp = int(base_comp[r]) + sum(c for v, c in zip(gl.vars, gl.comp, strict=True)
-                                           if v.index in on)
-            comm = int(base_comm[r]) + sum(c for v, c in zip(gl.vars, gl.comm, strict=True)
-                                           if v.index in on)
+            chosen = [i for i, v in enumerate(gl.vars) if v.index in on]
+            comp = int(base_comp[r]) + sum(gl.comp[i] for i in chosen)
+            comm = int(base_comm[r]) + sum(gl.comm[i] for i in chosen)
+            for k, e in enumerate(self.owner.get(r, [])):
+                own = int(base_inter[r, k]) + sum(gl.inter[i][k] for i in chosen)
+                value = max(0, int(total[k] - rate[r // self.g, k]) - own)
+                out[e.index] = value
+                comm += value
             worst = max(worst, max(comp, comm) if pipelined else comp + comm)
-        return worst
+        out[self.makespan.index] = worst
+        return out
 
     def extract(self, solver: cp_model.CpSolver) -> dict[int, TableChoice]:
         """The choices of the solver's best solution, for the tables this model decides."""

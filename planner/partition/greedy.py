@@ -41,7 +41,9 @@ def _mem_vector(c: Candidate) -> np.ndarray:
 
 
 def greedy(problem: Problem, cands: list[list[Candidate]],
-           prices: tuple[float, float, float]) -> Assignment:
+           prices: tuple[float, float, float], owner_side: bool = False) -> Assignment:
+    """`owner_side`: score half-built plans with the all-to-alls' owner side too (helps on
+    some multi-host instances, hurts on others; planning.py tries both on small ones)."""
     last_error: InfeasibleError | None = None
     for factor in _PRICE_ESCALATION:
         lam = np.array(prices) * factor
@@ -49,7 +51,7 @@ def greedy(problem: Problem, cands: list[list[Candidate]],
             # No memory prices to raise: price HBM by the work it would take to offload it.
             lam = np.array([1.0, 0.1, 0.0]) * factor * _hbm_price_guess(problem, cands)
         try:
-            choices = _greedy_pass(problem, cands, lam)
+            choices = _greedy_pass(problem, cands, lam, owner_side)
         except InfeasibleError as err:
             log.info("greedy pass with memory prices x%g failed: %s", factor, err.reason)
             last_error = err
@@ -66,10 +68,10 @@ def _hbm_price_guess(problem: Problem, cands: list[list[Candidate]]) -> float:
 
 
 def _greedy_pass(problem: Problem, cands: list[list[Candidate]],
-                 lam: np.ndarray) -> list[TableChoice]:
+                 lam: np.ndarray, owner_side: bool) -> list[TableChoice]:
     hw = problem.hw
     w = hw.world_size
-    state = LoadState(hw, problem.model.pipelined)
+    state = LoadState(hw, problem.model, owner_side=owner_side)
     min_work = [min(c.work for c in cs) for cs in cands]
     order = sorted(range(len(cands)), key=lambda t: (-min_work[t], t))
     remaining = float(sum(min_work))

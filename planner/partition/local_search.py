@@ -12,6 +12,7 @@ GPUs lowest.
 """
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -55,6 +56,7 @@ class _Pieces:
         self.hbm = np.array([g.hbm[0] for g in groups], dtype=np.int64)
         self.ddr = np.array([g.ddr[0] for g in groups], dtype=np.int64)
         self.ssd = np.array([g.ssd[0] for g in groups], dtype=np.int64)
+        self.inter = np.array([g.inter[0] for g in groups]).reshape(-1, 3)
 
 
 class LocalSearch:
@@ -64,7 +66,7 @@ class LocalSearch:
         self.cands = cands
         self.choices = assignment.choices
         self.assignment = assignment
-        self.state = LoadState.of_choices(problem.hw, problem.model.pipelined, self.choices)
+        self.state = LoadState.of_choices(problem.hw, problem.model, self.choices)
         self.masks = [allowed_mask(problem, t) for t in range(len(problem.tables))]
         self.pieces = _Pieces(self.choices)
         self.stats = SearchStats()
@@ -75,7 +77,9 @@ class LocalSearch:
             s = int(np.argmax(load))
             ms = float(load[s])
             limit = ms - _REL_EPS * max(ms, 1e-30)
-            if not (self._move(s, limit) or self._swap(s, limit) or self._reshard(s, load, limit)):
+            if not (self._verified(self._move, s, load, limit)
+                    or self._verified(self._swap, s, load, limit)
+                    or self._reshard(s, load, limit)):
                 break
             self.stats.steps += 1
         else:
@@ -88,6 +92,26 @@ class LocalSearch:
                  f"local search: {st.moves} moves, {st.swaps} swaps, {st.reshards} re-shards"]
         return Assignment(choices=self.choices, solver="greedy+local_search", status=status,
                           notes=notes)
+
+    def _verified(self, step: Callable[[int, float], list[tuple[int, int]]], s: int,
+                  load: np.ndarray, limit: float) -> bool:
+        """Run a move or swap, chosen on the pieces' own loads, then keep it only if the true
+        loads (with the owner side of the all-to-alls, which moves with the hosts' shares)
+        agree: every GPU it changed ends below the old makespan. Otherwise undo it."""
+        done = step(s, limit)
+        if not done:
+            return False
+        new = self.state.load()
+        changed = new != load
+        if new[s] < limit and (new[changed] < limit).all():
+            return True
+        for i, src in reversed(done):
+            self._relocate(i, src)
+        if step == self._move:
+            self.stats.moves -= 1
+        else:
+            self.stats.swaps -= 1
+        return False
 
     def _fits(self, idx: np.ndarray | int, dst: np.ndarray, remove_rank: np.ndarray | None = None,
               add_idx: np.ndarray | None = None) -> np.ndarray:
@@ -105,13 +129,14 @@ class LocalSearch:
         ok &= ~cross | (st.ssd[dst_host] + ssd_delta <= hw.ssd_cap)
         return ok
 
-    def _move(self, s: int, limit: float) -> bool:
+    def _move(self, s: int, limit: float) -> list[tuple[int, int]]:
         st, pc = self.state, self.pieces
         on_s = np.flatnonzero(pc.rank == s)
         best: tuple[float, int, int] | None = None
         for i in on_s:
             new_s = float(st.combine(st.comp[s] - pc.comp[i], st.comm[s] - pc.comm[i]))
-            new = st.combine(st.comp + pc.comp[i], st.comm + pc.comm[i])
+            new = st.combine(st.comp + pc.comp[i],
+                             st.comm + pc.comm[i] + st.wait_with(pc.inter[i]))
             dst = np.arange(st.w)
             ok = self._fits(int(i), dst) & (dst != s)
             mask = self.masks[pc.table[i]]
@@ -124,18 +149,18 @@ class LocalSearch:
             if val < limit and (best is None or val < best[0]):
                 best = (val, int(i), g)
         if best is None:
-            return False
+            return []
         _, i, g = best
         self._relocate(i, g)
         self.stats.moves += 1
-        return True
+        return [(i, s)]
 
-    def _swap(self, s: int, limit: float) -> bool:
+    def _swap(self, s: int, limit: float) -> list[tuple[int, int]]:
         st, pc = self.state, self.pieces
         on_s = np.flatnonzero(pc.rank == s)
         others = np.flatnonzero(pc.rank != s)
         if len(on_s) == 0 or len(others) == 0:
-            return False
+            return []
         rb = pc.rank[others]
         best: tuple[float, int, int] | None = None
         for a in on_s:
@@ -163,13 +188,13 @@ class LocalSearch:
             if best is None or val[j] < best[0]:
                 best = (float(val[j]), int(a), int(others[j]))
         if best is None:
-            return False
+            return []
         _, a, b = best
         ra, rb_ = int(pc.rank[a]), int(pc.rank[b])
         self._relocate(a, rb_)
         self._relocate(b, ra)
         self.stats.swaps += 1
-        return True
+        return [(a, ra), (b, rb_)]
 
     def _relocate(self, i: int, dst: int) -> None:
         pc = self.pieces
