@@ -742,3 +742,38 @@ def test_memory_footprint_adds():
     )
     # (36000, 0, 0) + (0, 5200, 36000)
     assert (s.hbm, s.ddr, s.ssd) == (36000, 5200, 36000)
+
+
+def test_owner_side_wait_by_hand() -> None:
+    """2 hosts x 2 GPUs, b = 10 samples, NIC 100 B/s. Host 0's pieces carry owner bytes per
+    sample (ids, fwd, bwd) = (1, 4, 0), host 1's (3, 0, 2): an owner on host 0 exchanges
+    b * (host 1's) = (30, 0, 20) bytes over its NIC, one on host 1 b * (host 0's) =
+    (10, 40, 0). GPU 0's own pieces already move (50, 0, 5) inter-host bytes, GPU 2's
+    (0, 10, 0); GPUs 1 and 3 hold nothing."""
+    from cost_models import owner_wait
+
+    piece_inter = np.array([[50.0, 0, 5], [0, 0, 0], [0, 10, 0], [0, 0, 0]])
+    host_rate = np.array([[1.0, 4, 0], [3, 0, 2]])
+    wait = owner_wait(piece_inter, host_rate, np.array([0, 0, 1, 1]), 10, 100.0)
+    # GPU 0: max(0, 30-50) + max(0, 0-0) + max(0, 20-5) = 15 bytes; GPU 1: 30 + 0 + 20 = 50;
+    # GPU 2: 10 + (40-10) + 0 = 40; GPU 3: 10 + 40 + 0 = 50.
+    assert wait.tolist() == pytest.approx([0.15, 0.5, 0.4, 0.5])
+    one_host = owner_wait(piece_inter[:2], host_rate[:1], np.array([0, 0]), 10, 100.0)
+    assert one_host.tolist() == [0.0, 0.0]  # nothing crosses a NIC on one host
+
+
+def test_owner_bytes_per_sample_by_hand() -> None:
+    """What the owner of one sample exchanges with a piece (placement.py reads these).
+    Table: 1000 rows, dim 8, pooling 2, ids 8 B; fwd fp32 (32 B a row of 8), bwd fp16 (16 B).
+    A table-wise piece: the sample's 2 ids (16 B), one pooled vector each way. A row-wise
+    piece of 250 rows: a quarter of the ids (4 B), a partial sum each way. A table-row-wise
+    piece (4 GPUs per host): its ids, and a quarter of the one vector its host reduces."""
+    tab = make_table()
+    tw = traffic(tab, ShardingType.TABLE_WISE)
+    check_traffic(tw, owner_ids=16.0, owner_out_fwd=32.0, owner_out_bwd=16.0)
+    rw = traffic(tab, ShardingType.ROW_WISE, rows=250)
+    check_traffic(rw, owner_ids=4.0, owner_out_fwd=32.0, owner_out_bwd=16.0)
+    twrw = traffic(tab, ShardingType.TABLE_ROW_WISE, rows=250)
+    check_traffic(twrw, owner_ids=4.0, owner_out_fwd=8.0, owner_out_bwd=4.0)
+    dp = traffic(tab, ShardingType.DATA_PARALLEL)
+    check_traffic(dp, owner_ids=0.0, owner_out_fwd=0.0, owner_out_bwd=0.0)
