@@ -112,10 +112,14 @@ def layout_of(problem: Problem, assignment: Assignment) -> PlanLayout:
         pieces = []
         for grp, ranks in zip(ch.cand.groups, ch.ranks, strict=True):
             for geo, rank in zip(grp.geometry.tolist(), np.asarray(ranks).tolist(), strict=True):
-                pieces.append(PlanPiece(rank=rank, host=rank // g, row_offset=geo[0],
-                                        row_count=geo[1], col_offset=geo[2], col_count=geo[3]))
-        tables.append(TablePlan(name=t.name, sharding_type=ch.cand.kind, tier=ch.cand.tier,
-                                cache_ratio=ch.cand.cache_ratio, pieces=pieces))
+                # Built from our own integers: construct without re-validating each of up to
+                # a million pieces (21 s of 10,000 tables x 1,024 GPUs went to validation).
+                pieces.append(PlanPiece.model_construct(
+                    rank=rank, host=rank // g, row_offset=geo[0], row_count=geo[1],
+                    col_offset=geo[2], col_count=geo[3]))
+        tables.append(TablePlan.model_construct(
+            name=t.name, sharding_type=ch.cand.kind, tier=ch.cand.tier,
+            cache_ratio=ch.cand.cache_ratio, pieces=pieces))
     return PlanLayout(request=problem.request, tables=tables)
 
 
