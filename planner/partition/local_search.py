@@ -133,8 +133,11 @@ class LocalSearch:
         st, pc = self.state, self.pieces
         on_s = np.flatnonzero(pc.rank == s)
         best: tuple[float, int, int] | None = None
+        deficit = st.deficit()
         for i in on_s:
-            new_s = float(st.combine(st.comp[s] - pc.comp[i], st.comm[s] - pc.comm[i]))
+            # s loses the piece's own inter-host bytes, so its owner-side wait can grow.
+            new_s = float(st.combine(st.comp[s] - pc.comp[i], st.comm[s] - pc.comm[i]
+                                     + st.wait_of(deficit[s] + pc.inter[i])))
             new = st.combine(st.comp + pc.comp[i],
                              st.comm + pc.comm[i] + st.wait_with(pc.inter[i]))
             dst = np.arange(st.w)
@@ -163,11 +166,17 @@ class LocalSearch:
             return []
         rb = pc.rank[others]
         best: tuple[float, int, int] | None = None
+        deficit = st.deficit()
         for a in on_s:
+            # Each side's owner-side wait with the pieces' inter-host bytes exchanged (the
+            # hosts' shares move too when the swap crosses hosts; _verified checks that).
+            d_in = pc.inter[others] - pc.inter[a]
             new_s = st.combine(st.comp[s] - pc.comp[a] + pc.comp[others],
-                               st.comm[s] - pc.comm[a] + pc.comm[others])
+                               st.comm[s] - pc.comm[a] + pc.comm[others]
+                               + st.wait_of(deficit[s] - d_in))
             new_g = st.combine(st.comp[rb] - pc.comp[others] + pc.comp[a],
-                               st.comm[rb] - pc.comm[others] + pc.comm[a])
+                               st.comm[rb] - pc.comm[others] + pc.comm[a]
+                               + st.wait_of(deficit[rb] + d_in))
             val = np.maximum(new_s, new_g)
             ok = val < limit
             if not ok.any():

@@ -77,6 +77,19 @@ class LoadState:
     def load(self) -> np.ndarray:
         return self.combine(self.comp, self.comm + self.wait())
 
+    def deficit(self) -> np.ndarray:
+        """(W, 3) bytes by which each GPU's owner side exceeds its pieces' inter-host bytes
+        per phase (negative: the pieces' side is the longer); zeros where not counted."""
+        if self.hw.hosts < 2 or not self.owner_side:
+            return np.zeros((self.w, 3))
+        total = self.rate.sum(axis=0)
+        owner = self.model.batch_per_gpu * (total[None, :] - self.rate[self.host_of])
+        return owner - self.inter
+
+    def wait_of(self, deficit: np.ndarray) -> np.ndarray:
+        """Seconds of owner-side wait for deficits (..., 3)."""
+        return np.maximum(deficit, 0.0).sum(axis=-1) / self.hw.eff_nic_bw
+
     def wait_with(self, inter: np.ndarray) -> np.ndarray:
         """Per GPU, the owner-side wait if a piece with these inter-host bytes (3,) were added
         to it. Adding a piece to a host raises its pieces' total and the host's share alike,
