@@ -255,6 +255,24 @@ class HostModel:
         return chosen, hosts
 
 
+def _level2_hint(problem: Problem, start: list[TableChoice], chosen: list[list[Candidate]],
+                 hosts: dict[int, list[int]]) -> dict[int, TableChoice]:
+    """A complete hint for level 2: the start's placement where level 1 kept its candidate
+    and hosts, else the host's GPUs in order (CP-SAT repairs a hint that breaks a cap)."""
+    g = problem.hw.gpus_per_host
+    out: dict[int, TableChoice] = {}
+    for t, (cand,) in enumerate(chosen):
+        ch = start[t]
+        same = ch.cand is cand and (cand.scope is Scope.WORLD or all(
+            int(np.asarray(r)[0]) // g == h for r, h in zip(ch.ranks, hosts[t], strict=True)))
+        if same or cand.scope is Scope.WORLD:
+            out[t] = ch if same else TableChoice(cand, [np.arange(problem.hw.world_size)])
+            continue
+        out[t] = TableChoice(cand, [h * g + np.arange(len(grp))
+                                    for grp, h in zip(cand.groups, hosts[t], strict=True)])
+    return out
+
+
 def solve_hierarchical(problem: Problem, cands: list[list[Candidate]], start: Assignment,
                        budget: float, seed: int,
                        progress: ProgressFn | None = None) -> SolveResult:
@@ -277,6 +295,7 @@ def solve_hierarchical(problem: Problem, cands: list[list[Candidate]], start: As
     level2 = PartitionModel(problem, chosen, list(range(len(chosen))),
                             np.ones(hw.world_size, dtype=bool), LoadState(hw, problem.model),
                             unit, allow_world=True, group_host=hosts)
+    level2.hint(_level2_hint(problem, start.choices, chosen, hosts))
     s2 = _params(max(budget - det, 0.05), seed)
     status2 = s2.solve(level2.model)
     det += s2.deterministic_time
