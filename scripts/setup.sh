@@ -7,4 +7,13 @@ cd "$(dirname "$0")/.."
 if [ "${PLANNER_SKIP_TORCH:-0}" != "1" ] && ! python -c "import torch" 2>/dev/null; then
   python -m pip install "torch==2.13.0" || echo "note: torch not installed (only the executor needs it)"
 fi
-python -m pip install -e ".[dev]"
+# The torchrec extra is CPU FBGEMM; with PLANNER_SKIP_TORCH=1 (a CUDA cluster) install
+# fbgemm-gpu==1.8.0 and torchrec==1.8.0 yourself (README, "TorchRec").
+if [ "${PLANNER_SKIP_TORCH:-0}" != "1" ]; then
+  python -m pip install -e ".[dev,torchrec]"
+  # torchrec requires `fbgemm-gpu` (1.9 does not load with torch 2.13): its CPU build came
+  # with the extra above, so torchrec itself goes in without dependencies.
+  python -m pip install --no-deps "torchrec==1.8.0"
+else
+  python -m pip install -e ".[dev]"
+fi

@@ -1,0 +1,436 @@
+"""Head-to-head with TorchRec's planner (torchrec 1.8.0, EmbeddingShardingPlanner).
+
+For every bundled fixture on 1, 2 and 16 hosts of the `h100` preset (8 GPUs per host), in
+one run on one machine:
+- plan with `planner.plan` and with TorchRec's EmbeddingShardingPlanner on the same tables
+  and topology (model on the meta device, no process group), timing both;
+- score both plans under both cost models: TorchRec's plan imported
+  (`planner.interop.layout_from_torchrec`) and scored by `planner.planning.evaluate`; our
+  plan exported (`planner.interop.to_torchrec`) and scored by TorchRec's own shard
+  estimators (EmbeddingPerfEstimator + EmbeddingStorageEstimator, rated as its
+  NoopPerfModel rates a plan: the slowest rank's summed Perf.total).
+TorchRec gets our bandwidths and capacities (planner/interop/torchrec_model.py says how each
+maps to its Topology); its proposers, partitioner and constants are its defaults. Each case
+runs in a subprocess; TorchRec's planner gets CASE_TIMEOUT_S seconds (then an alarm stops
+it: TorchRec's own `timeout_seconds` would return its best plan so far, a weaker baseline)
+and a case that runs past it is reported as timed out, with the time, never dropped.
+
+Usage (from the repo root; about 40 minutes):
+    PYTHONPATH=. python -m benchmarks.vs_torchrec
+Writes benchmarks/results/vs_torchrec.json and .md.
+"""
+
+import argparse
+import json
+import logging
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from benchmarks import write_results
+
+COMMAND = "PYTHONPATH=. python -m benchmarks.vs_torchrec"
+PRESET = "h100"
+HOSTS = (1, 2, 16)
+# TorchRec's planner needs minutes per case past 200 tables on 128 GPUs (about 230 s at 200
+# tables on this machine), so the 510- and 1000-table fixtures run on 1 and 2 hosts only:
+# that keeps one full run under about 40 minutes.
+BIG_FIXTURE_TABLES = 200
+BIG_FIXTURE_HOSTS = (1, 2)
+CASE_TIMEOUT_S = 180  # TorchRec's planner, per case (SIGALRM in the case's process)
+# The whole case process (imports, our plan and both scorings, TorchRec's planner): a safety
+# net past which the case is killed and reported with what it had written.
+CASE_PROCESS_LIMIT_S = 600
+TARGET_SPEEDUP = 50.0  # at 200 tables on 16 GPUs
+TARGET_MULTIHOST_GAIN = 0.10
+
+
+def _fixtures() -> list[str]:
+    from planner.presets import fixture_names
+
+    return list(fixture_names())
+
+
+def cases() -> list[tuple[str, int]]:
+    """Small fixtures first, so the long TorchRec runs come last."""
+    from planner.presets import fixture_text
+
+    size = {f: len(json.loads(fixture_text(f))["tables"]) for f in _fixtures()}
+    grid = [(f, h) for f in size
+            for h in (HOSTS if size[f] <= BIG_FIXTURE_TABLES else BIG_FIXTURE_HOSTS)]
+    return sorted(grid, key=lambda c: (size[c[0]], c[0], c[1]))
+
+
+def _quiet() -> None:
+    warnings.filterwarnings("ignore")
+    logging.disable(logging.WARNING)
+
+
+def _by_type(layout_tables: Any) -> dict[str, int]:
+    out: dict[str, int] = defaultdict(int)
+    for t in layout_tables:
+        ps = t.parameter_sharding
+        out[f"{ps.sharding_type}/{ps.compute_kernel}" if ps else t.status] += 1
+    return dict(sorted(out.items()))
+
+
+def _slowest_rank_mix(export: Any, score: Any) -> dict[str, float]:
+    """ms per sharding type/kernel on the slowest rank under TorchRec's estimators."""
+    kinds = {t.name: f"{t.parameter_sharding.sharding_type}/{t.parameter_sharding.compute_kernel}"
+             for t in export.tables}
+    return {k: round(v, 4) for k, v in sorted(score.slowest_rank_mix(kinds).items())}
+
+
+class _OutOfTime(Exception):
+    pass
+
+
+def _out_of_time(signum: int, frame: Any) -> None:
+    raise _OutOfTime
+
+
+def run_case(fixture: str, hosts: int, out: Path, solver: str = "auto") -> None:
+    """One case, in this process; writes what it has to `out` after each stage."""
+    _quiet()
+    import planner
+    from planner.interop import (
+        TorchRecProblem,
+        export_from_sharding_plan,
+        layout_from_torchrec,
+        score_with_torchrec,
+        to_torchrec,
+    )
+    from planner.planning import evaluate, resolve
+    from planner.presets import fixture_text
+
+    row: dict[str, Any] = {"fixture": fixture, "hosts": hosts, "ours_solver_option": solver}
+    save = lambda: out.write_text(json.dumps(row))  # noqa: E731
+    request = {"model": json.loads(fixture_text(fixture)),
+               "hardware": {"preset": PRESET, "hosts": hosts}, "options": {"solver": solver}}
+    req = resolve(request)
+    g = req.hardware.gpus_per_host
+    row.update(gpus=req.hardware.hosts * g, tables=len(req.model.tables))
+    t0 = time.perf_counter()
+    try:
+        ours = planner.plan(req)
+    except planner.InfeasibleError as err:
+        row.update(ours_plan_time_s=time.perf_counter() - t0, ours_status="infeasible",
+                   ours_reason=err.reason)
+        ours = None
+    else:
+        row.update(ours_plan_time_s=time.perf_counter() - t0, ours_status="ok",
+                   ours_solver=ours.summary.solver,
+                   ours_under_ours_s=ours.summary.step_time_s)
+    save()
+    problem = TorchRecProblem.of(req)
+    if ours is not None:
+        exp = to_torchrec(ours)
+        row["ours_export"] = {s: len(exp.by_status(s))
+                              for s in ("exact", "adjusted", "inexpressible")}
+        row["ours_types"] = _by_type(exp.tables)
+        if not exp.by_status("inexpressible"):
+            score = score_with_torchrec(problem, exp)
+            row.update(ours_under_torchrec_ms=score.step_ms,
+                       ours_torchrec_max_hbm_gib=score.max_hbm_bytes / 2**30,
+                       torchrec_hbm_cap_gib=score.hbm_cap_bytes / 2**30,
+                       ours_slowest_rank_mix_ms=_slowest_rank_mix(exp, score))
+    save()
+    t0 = time.perf_counter()
+    signal.signal(signal.SIGALRM, _out_of_time)
+    signal.alarm(CASE_TIMEOUT_S)
+    try:
+        tr_plan = problem.plan()
+    except _OutOfTime:
+        row.update(torchrec_plan_time_s=f">{time.perf_counter() - t0:.0f}",
+                   torchrec_status="timed_out",
+                   torchrec_reason=f"TorchRec's planner ran past {CASE_TIMEOUT_S} s")
+        save()
+        return
+    except Exception as err:  # TorchRec's PlannerError: it found no plan that fits
+        row.update(torchrec_plan_time_s=time.perf_counter() - t0, torchrec_status="failed",
+                   torchrec_reason=f"{type(err).__name__}: {str(err)[:300]}")
+        save()
+        return
+    signal.alarm(0)
+    row.update(torchrec_plan_time_s=time.perf_counter() - t0, torchrec_status="ok")
+    save()
+    tr = export_from_sharding_plan(tr_plan, req.hardware.hosts * g, g)
+    row["torchrec_types"] = _by_type(tr.tables)
+    score = score_with_torchrec(problem, tr)
+    row.update(torchrec_under_torchrec_ms=score.step_ms,
+               torchrec_torchrec_max_hbm_gib=score.max_hbm_bytes / 2**30,
+               torchrec_slowest_rank_mix_ms=_slowest_rank_mix(tr, score))
+    scored = evaluate(layout_from_torchrec(tr, req))
+    row.update(torchrec_under_ours_s=scored.summary.step_time_s,
+               torchrec_under_ours_status=scored.summary.status,
+               torchrec_under_ours_problems=scored.summary.warnings[:3])
+    save()
+
+
+def _spawn(fixture: str, hosts: int, solver: str) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "row.json"
+        cmd = [sys.executable, "-m", "benchmarks.vs_torchrec", "--case", fixture, str(hosts),
+               "--out", str(out), "--solver", solver]
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                text=True)
+        try:
+            _, stderr = proc.communicate(timeout=CASE_PROCESS_LIMIT_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            stderr = None
+        wall = time.perf_counter() - t0
+        row = json.loads(out.read_text()) if out.exists() else {"fixture": fixture,
+                                                                 "hosts": hosts}
+    row["case_wall_s"] = round(wall, 1)
+    if stderr is None:
+        stage = ("torchrec" if "ours_under_torchrec_ms" in row or "ours_export" in row
+                 or row.get("ours_status") == "infeasible" else "ours")
+        row.setdefault("torchrec_status", "timed_out")
+        if stage == "torchrec" and row.get("torchrec_status") == "timed_out":
+            started = row.get("ours_plan_time_s", 0.0)
+            row["torchrec_plan_time_s"] = f">{wall - started:.0f}"
+            row["torchrec_reason"] = (f"TorchRec's planner ran past the case limit; killed "
+                                      f"after {wall:.0f} s of case time")
+        else:
+            row["ours_status"] = row.get("ours_status", "timed_out")
+    elif proc.returncode != 0:
+        row["error"] = stderr.strip().splitlines()[-1][:300] if stderr.strip() else "failed"
+    return row
+
+
+def _ratio(a: Any, b: Any) -> float | None:
+    if isinstance(a, int | float) and isinstance(b, int | float) and b > 0:
+        return a / b
+    return None
+
+
+def _main_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rows with our default solver; other solver options are a supplement."""
+    return [r for r in rows if r.get("ours_solver_option", "auto") == "auto"]
+
+
+def summarise(all_rows: list[dict[str, Any]]) -> dict[str, Any]:
+    for r in all_rows:
+        r["speedup"] = _ratio(r.get("torchrec_plan_time_s"), r.get("ours_plan_time_s"))
+        # < 1: our plan's slowest GPU is faster than TorchRec's plan's, under that model.
+        r["ratio_under_ours"] = _ratio(r.get("ours_under_ours_s"), r.get("torchrec_under_ours_s"))
+        r["ratio_under_torchrec"] = _ratio(r.get("ours_under_torchrec_ms"),
+                                           r.get("torchrec_under_torchrec_ms"))
+    rows = _main_rows(all_rows)
+    both = [r for r in rows if r["ratio_under_ours"] is not None
+            and r["ratio_under_torchrec"] is not None]
+    multi = [r for r in both if r["hosts"] > 1]
+    med = (lambda xs: statistics.median(xs) if xs else None)  # noqa: E731
+    key = [r for r in rows if r["fixture"] == "hugectr_200" and r["gpus"] == 16]
+    return {
+        "cases": len(rows), "compared": len(both),
+        "median_ratio_under_ours": med([r["ratio_under_ours"] for r in both]),
+        "median_ratio_under_torchrec": med([r["ratio_under_torchrec"] for r in both]),
+        "median_ratio_under_torchrec_multihost": med([r["ratio_under_torchrec"]
+                                                      for r in multi]),
+        "median_ratio_under_ours_multihost": med([r["ratio_under_ours"] for r in multi]),
+        "speedup_200_tables_16_gpus": key[0]["speedup"] if key else None,
+        "median_speedup": med([r["speedup"] for r in rows if r["speedup"] is not None]),
+        "supplement": [{k: r.get(k) for k in ("fixture", "gpus", "ours_solver_option",
+                                              "ours_plan_time_s", "torchrec_plan_time_s",
+                                              "speedup", "ratio_under_ours",
+                                              "ratio_under_torchrec")}
+                       for r in all_rows if r not in rows],
+    }
+
+
+def _loss_reasons(r: dict[str, Any]) -> list[str]:
+    out = []
+    if r.get("ratio_under_ours") is not None and r["ratio_under_ours"] > 1 + 1e-9:
+        checker = ""
+        if "fails" in str(r.get("torchrec_under_ours_status")):
+            checker = (f"; TorchRec's plan is outside our plan space (our checker: "
+                       f"{(r.get('torchrec_under_ours_problems') or ['?'])[0]})")
+        out.append(f"under our model TorchRec's plan is {1 - 1 / r['ratio_under_ours']:.1%} "
+                   f"faster (TorchRec's plan: {r.get('torchrec_types')}; ours: "
+                   f"{r.get('ours_types')}){checker}")
+    if r.get("ratio_under_torchrec") is not None and r["ratio_under_torchrec"] > 1 + 1e-9:
+        out.append(f"under TorchRec's estimators our plan is {r['ratio_under_torchrec'] - 1:.1%}"
+                   f" slower; its slowest rank spends (ms by type/kernel) "
+                   f"{r.get('ours_slowest_rank_mix_ms')} vs TorchRec's plan's slowest rank "
+                   f"{r.get('torchrec_slowest_rank_mix_ms')}")
+    return out
+
+
+def _status(r: dict[str, Any]) -> str:
+    return "" if r.get("torchrec_status") == "ok" else str(r.get("torchrec_status", ""))
+
+
+def _fmt(v: Any, spec: str) -> str:
+    return format(v, spec) if isinstance(v, int | float) else ("-" if v is None else str(v))
+
+
+def markdown(all_rows: list[dict[str, Any]], summary: dict[str, Any], meta: dict[str, Any],
+             notes: str = "") -> str:
+    rows = _main_rows(all_rows)
+    lines = [
+        "# Our planner vs TorchRec's EmbeddingShardingPlanner", "",
+        f"Run `{COMMAND}` on {meta['machine']}, {meta['started']} to {meta['finished']} "
+        f"(working tree at commit {meta['commit']}{' + local changes' if meta['dirty'] else ''}"
+        f"), torchrec {meta['torchrec']}, torch {meta['torch']}."
+        + (f" How it ran: {meta['runs']}." if meta.get("runs") else ""), "",
+        "Hardware: `h100` preset (8x H100 80GB per host). Step times are cost-model "
+        "estimates of the slowest GPU per training step (sparse part), never measurements: "
+        "ours in ms from `planner evaluate`, TorchRec's in ms from its shard estimators. "
+        "ratio = our plan / TorchRec's plan under that model (< 1: ours is faster).", "",
+        "Baseline settings: TorchRec gets `Topology(world_size, compute_device='cuda', "
+        "local_world_size=8, hbm_cap, ddr_cap, ssd_cap, hbm_mem_bw, ddr_mem_bw, ssd_mem_bw, "
+        "hbm_to_ddr_mem_bw, intra_host_bw, inter_host_bw)` from our hardware profile "
+        "(`planner/interop/torchrec_model.py`: HBM left after our 10 GiB reservation, "
+        "host DDR/SSD per GPU, effective HBM, PCIe/DDR, SSD, NVLink and NIC rates in bytes/ms),"
+        " `HeuristicalStorageReservation(percentage=0.0)` (our reservation is already "
+        "subtracted), `ParameterConstraints(pooling_factors=[p])` per table, each table's "
+        "fused optimizer applied to the meta model (for its storage estimate), and an "
+        "`EmbeddingBagCollectionSharder` with our forward/backward all-to-all precisions as "
+        "qcomm codecs. Everything else is its default: proposers (grid search, greedy x2, "
+        "uniform), GreedyPerfPartitioner, NoopPerfModel, its kernel constants and "
+        f"bwd_compute_multiplier, batch size per rank = ours. Per case TorchRec gets "
+        f"{CASE_TIMEOUT_S} s.", "",
+        "## Summary", "",
+        f"- cases: {summary['cases']}, compared under both models: {summary['compared']}",
+        f"- planning time, 200 tables on 16 GPUs (hugectr_200, 2 hosts): TorchRec / ours = "
+        f"{_fmt(summary['speedup_200_tables_16_gpus'], '.1f')}x (target {TARGET_SPEEDUP:g}x);"
+        f" median over cases {_fmt(summary['median_speedup'], '.1f')}x",
+        f"- median ratio under our cost model: {_fmt(summary['median_ratio_under_ours'], '.3f')}"
+        f" (multi-host {_fmt(summary['median_ratio_under_ours_multihost'], '.3f')})",
+        f"- median ratio under TorchRec's estimators: "
+        f"{_fmt(summary['median_ratio_under_torchrec'], '.3f')}; multi-host cases "
+        f"{_fmt(summary['median_ratio_under_torchrec_multihost'], '.3f')} (target <= "
+        f"{1 - TARGET_MULTIHOST_GAIN:.2f})", "",
+        "## Cases", "",
+        "| fixture | GPUs | tables | ours plan s | TorchRec plan s | speedup | ours/ours-model ms "
+        "| TorchRec/ours-model ms | ratio | ours/TorchRec-model ms | TorchRec/TorchRec-model ms "
+        "| ratio | export (exact/adjusted/inexpressible) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        ms = lambda s: s * 1e3 if isinstance(s, int | float) else s  # noqa: E731
+        exp = r.get("ours_export") or {}
+        lines.append(
+            f"| {r['fixture']} | {r.get('gpus', '-')} | {r.get('tables', '-')} "
+            f"| {_fmt(r.get('ours_plan_time_s'), '.2f')} "
+            f"| {_fmt(r.get('torchrec_plan_time_s'), '.1f')} {_status(r)} "
+            f"| {_fmt(r.get('speedup'), '.1f')} "
+            f"| {_fmt(ms(r.get('ours_under_ours_s')), '.3f')} "
+            f"| {_fmt(ms(r.get('torchrec_under_ours_s')), '.3f')} "
+            f"| {_fmt(r.get('ratio_under_ours'), '.3f')} "
+            f"| {_fmt(r.get('ours_under_torchrec_ms'), '.3f')} "
+            f"| {_fmt(r.get('torchrec_under_torchrec_ms'), '.3f')} "
+            f"| {_fmt(r.get('ratio_under_torchrec'), '.3f')} "
+            f"| {exp.get('exact', '-')}/{exp.get('adjusted', '-')}/"
+            f"{exp.get('inexpressible', '-')} |")
+    if summary["supplement"]:
+        lines += ["", "Supplement (same method, another solver option of ours, its own TorchRec "
+                  "run in the same process):", ""]
+        for x in summary["supplement"]:
+            lines.append(f"- {x['fixture']} on {x['gpus']} GPUs, `solver={x['ours_solver_option']}`"
+                         f": ours {_fmt(x['ours_plan_time_s'], '.2f')} s, TorchRec "
+                         f"{_fmt(x['torchrec_plan_time_s'], '.1f')} s, speedup "
+                         f"{_fmt(x['speedup'], '.1f')}x; ratio under ours "
+                         f"{_fmt(x['ratio_under_ours'], '.3f')}, under TorchRec's "
+                         f"{_fmt(x['ratio_under_torchrec'], '.3f')}")
+    lines += ["", "## Where ours loses, and why", ""]
+    for r in rows:
+        for reason in _loss_reasons(r):
+            lines.append(f"- {r['fixture']} on {r.get('gpus')} GPUs: {reason}")
+    lines += ["", "## Cases not compared", ""]
+    for r in rows:
+        if r.get("ratio_under_ours") is None or r.get("ratio_under_torchrec") is None:
+            why = [f"ours: {r.get('ours_status')} {r.get('ours_reason', '')}".strip(),
+                   f"TorchRec: {r.get('torchrec_status')} {r.get('torchrec_reason', '')}".strip()]
+            if r.get("error"):
+                why.append(f"error: {r['error']}")
+            if (r.get("ours_export") or {}).get("inexpressible"):
+                why.append("our plan has tables TorchRec cannot express")
+            lines.append(f"- {r['fixture']} on {r.get('gpus')} GPUs: " + "; ".join(why))
+    if notes:
+        lines += ["", notes.strip()]
+    return "\n".join(lines) + "\n"
+
+
+def _meta() -> dict[str, Any]:
+    import platform
+    from importlib.metadata import version
+
+    import torch
+    import torchrec  # noqa: F401
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], capture_output=True, text=True).stdout.strip()
+
+    return {"machine": f"{platform.processor() or platform.machine()}, "
+                       f"{__import__('os').cpu_count()} CPUs (shared)",
+            "commit": git("rev-parse", "--short", "HEAD"),
+            "dirty": bool(git("status", "--porcelain")),
+            "torchrec": version("torchrec"), "torch": torch.__version__,
+            "started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+
+
+def _from_log(log: Path, notes: str = "") -> None:
+    meta: dict[str, Any] = {}
+    rows = []
+    for line in log.read_text().splitlines():
+        if line.startswith("META "):
+            meta = json.loads(line[5:])
+        elif line.startswith("{"):
+            rows.append(json.loads(line))
+    meta.setdefault("finished", "(rebuilt from the log: "
+                    + time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(log.stat().st_mtime))
+                    + ")")
+    summary = summarise(rows)
+    payload = {"command": COMMAND, "meta": meta, "summary": summary, "cases": rows,
+               "case_timeout_s": CASE_TIMEOUT_S}
+    write_results("vs_torchrec", payload, markdown(rows, summary, meta, notes))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--case", nargs=2, metavar=("FIXTURE", "HOSTS"))
+    ap.add_argument("--out")
+    ap.add_argument("--only", nargs="*", help="fixtures to run (default: all)")
+    ap.add_argument("--hosts", nargs="*", type=int, help="host counts to run (default: all)")
+    ap.add_argument("--solver", default="auto", help="our solver option (default auto)")
+    ap.add_argument("--notes", help="markdown appended to the results (analysis of a run)")
+    ap.add_argument("--from-log", help="rebuild the results from a run's printed rows (a run "
+                                       "stopped before its end still printed each case)")
+    args = ap.parse_args()
+    if args.case:
+        run_case(args.case[0], int(args.case[1]), Path(args.out), args.solver)
+        return
+    if args.from_log:
+        _from_log(Path(args.from_log), Path(args.notes).read_text() if args.notes else "")
+        return
+    meta = _meta()
+    print("META " + json.dumps(meta), flush=True)
+    rows = []
+    for fixture, hosts in cases():
+        if (args.only and fixture not in args.only) or (args.hosts and hosts not in args.hosts):
+            continue
+        row = _spawn(fixture, hosts, args.solver)
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    summary = summarise(rows)
+    meta["finished"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    payload = {"command": COMMAND, "meta": meta, "summary": summary, "cases": rows,
+               "case_timeout_s": CASE_TIMEOUT_S}
+    write_results("vs_torchrec", payload, markdown(rows, summary, meta))
+    print(markdown(rows, summary, meta))
+
+
+if __name__ == "__main__":
+    main()
