@@ -14,10 +14,11 @@ from rich.console import Console
 from rich.table import Table
 
 from planner.check import check_plan
+from planner.cli_input import load_json, read_input
 from planner.errors import BadInputError, PlannerError
 from planner.plan_model import EvaluateInput, Plan, PlanLayout
 from planner.planning import evaluate, plan
-from planner.presets import DEFAULT_PRESET, fixture_names, fixture_text, preset_dict, preset_names
+from planner.presets import DEFAULT_PRESET, fixture_names, preset_dict, preset_names
 from planner.progress import solver_progress
 from planner.spec import HardwareSpec, ModelSpec, PlanRequest
 from planner.validation import parse_json_model
@@ -31,17 +32,6 @@ err = Console(stderr=True, soft_wrap=True)
 class Format(StrEnum):
     table = "table"
     json = "json"
-
-
-def _read(path: str, what: str) -> str:
-    if path == "-":
-        return sys.stdin.read()
-    p = Path(path)
-    if not p.is_file():
-        if what == "model" and path in fixture_names():
-            return fixture_text(path)
-        raise BadInputError(what, f"no such file: {path}")
-    return p.read_text()
 
 
 def _fail(exc: PlannerError) -> None:
@@ -86,12 +76,12 @@ def plan_cmd(
     if verbose:
         logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
     try:
-        model_raw = _load_json(_read(model, "model"), "model")
+        model_raw = load_json(read_input(model, "model"), "model")
         hw: Any
         if hardware is not None:
             if preset is not None:
                 raise BadInputError("--preset", "give either --hardware or --preset, not both")
-            hw = _load_json(_read(str(hardware), "hardware"), "hardware")
+            hw = load_json(read_input(str(hardware), "hardware"), "hardware")
             if hosts is not None:
                 hw["hosts"] = hosts
         else:
@@ -109,21 +99,11 @@ def plan_cmd(
     _emit(result, fmt, output, seconds)
 
 
-def _load_json(text: str, what: str) -> dict[str, Any]:
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise BadInputError(what, f"not valid JSON: {exc}") from None
-    if not isinstance(value, dict):
-        raise BadInputError(what, "expected a JSON object")
-    return value
-
-
 @app.command("check")
 def check_cmd(plan_file: Annotated[str, typer.Argument(help="plan JSON, or '-'")]) -> None:
     """Verify a plan independently: coverage, structure, caps, figures, hash."""
     try:
-        p = parse_json_model(Plan, _read(plan_file, "plan"), "plan")
+        p = parse_json_model(Plan, read_input(plan_file, "plan"), "plan")
     except PlannerError as exc:
         _fail(exc)
     report = check_plan(p)
@@ -144,7 +124,7 @@ def evaluate_cmd(
 ) -> None:
     """Score any plan (ours, hand-made or foreign) under the cost model."""
     try:
-        given = parse_json_model(EvaluateInput, _read(plan_file, "plan"), "plan")
+        given = parse_json_model(EvaluateInput, read_input(plan_file, "plan"), "plan")
         layout = PlanLayout(schema_version=given.schema_version, request=given.request,
                             tables=given.tables)
         result = evaluate(layout)

@@ -6,7 +6,6 @@ Heavy imports stay inside the command functions so `planner plan` starts fast.
   planner import plan TORCHREC_PLAN.json --model MODEL [--preset P --hosts N | --hardware HW]
 """
 
-import json
 import sys
 from enum import StrEnum
 from pathlib import Path
@@ -14,6 +13,7 @@ from typing import Annotated, Any
 
 import typer
 
+from planner.cli_input import load_json, read_input
 from planner.errors import BadInputError, PlannerError
 
 
@@ -24,27 +24,6 @@ class ExportFormat(StrEnum):
 class Device(StrEnum):
     cuda = "cuda"
     cpu = "cpu"
-
-
-def _text(path: str, what: str) -> str:
-    if path == "-":
-        return sys.stdin.read()
-    p = Path(path)
-    if p.is_file():
-        return p.read_text()
-    if what == "model":
-        from planner.presets import fixture_names, fixture_text
-
-        if path in fixture_names():
-            return fixture_text(path)
-    raise BadInputError(what, f"no such file: {path}")
-
-
-def _json(path: str, what: str) -> Any:
-    try:
-        return json.loads(_text(path, what))
-    except json.JSONDecodeError as exc:
-        raise BadInputError(what, f"not valid JSON: {exc}") from None
 
 
 def _fail(exc: PlannerError) -> None:
@@ -79,7 +58,7 @@ def export_cmd(
     from planner.validation import parse_json_model
 
     try:
-        given = parse_json_model(EvaluateInput, _text(plan_file, "plan"), "plan")
+        given = parse_json_model(EvaluateInput, read_input(plan_file, "plan"), "plan")
     except PlannerError as exc:
         _fail(exc)
     layout = PlanLayout(schema_version=given.schema_version, request=given.request,
@@ -112,7 +91,7 @@ def import_tables_cmd(
     from planner.interop.importing import model_from_torchrec_tables
 
     try:
-        raw = _json(tables_file, "tables")
+        raw = load_json(read_input(tables_file, "tables"), "tables", want_object=False)
         configs = raw.get("tables") if isinstance(raw, dict) else raw
         model = model_from_torchrec_tables(configs, batch_size, name=name)
     except PlannerError as exc:
@@ -138,19 +117,19 @@ def import_plan_cmd(
     from planner.validation import parse_json_model
 
     try:
-        export = parse_json_model(TorchRecExport, _text(plan_file, "plan"), "plan")
+        export = parse_json_model(TorchRecExport, read_input(plan_file, "plan"), "plan")
         if hardware is not None and preset is not None:
             raise BadInputError("--preset", "give either --hardware or --preset, not both")
         hw: dict[str, Any]
         if hardware is not None:
-            hw = _json(str(hardware), "hardware")
+            hw = load_json(read_input(str(hardware), "hardware"), "hardware")
             if hosts is not None:
                 hw["hosts"] = hosts
         else:
             hw = {"preset": preset or DEFAULT_PRESET}
             if hosts is not None:
                 hw["hosts"] = hosts
-        request = resolve({"model": _json(model, "model"), "hardware": hw})
+        request = resolve({"model": load_json(read_input(model, "model"), "model"), "hardware": hw})
         layout = layout_from_torchrec(export, request)
     except PlannerError as exc:
         _fail(exc)
