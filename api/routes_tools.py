@@ -20,9 +20,15 @@ from planner.spec import HardwareSpec, ModelSpec, PlanRequest
 router = APIRouter(prefix="/v1", tags=["tools"])
 
 
-async def _in_pool(request: Request, fn: Any, body: bytes) -> worker.Outcome | Response:
+async def _in_pool(request: Request, shape: type[EvaluateInput] | type[Plan],
+                   fn: Any) -> worker.Outcome | Response:
+    """Read and validate the body as `shape` (within the size limits), then run `fn` on it
+    in the solver pool; a problem response where any of that fails."""
     settings: ServiceSettings = request.app.state.settings
     runner: JobRunner = request.app.state.runner
+    body = await read_body(request, settings.max_body_bytes)
+    given = await parse_in_thread(shape, body, "plan")
+    check_size(given.request, settings)
     try:
         outcome = await runner.call(fn, body.decode(), settings.job_timeout_s)
     except Busy:
@@ -44,11 +50,7 @@ async def _in_pool(request: Request, fn: Any, body: bytes) -> worker.Outcome | R
                                              "summary.warnings", "content": json_content(Plan)},
                         **responses(401, 413, 422, 429)})
 async def evaluate_plan(request: Request) -> Response:
-    settings: ServiceSettings = request.app.state.settings
-    body = await read_body(request, settings.max_body_bytes)
-    given = await parse_in_thread(EvaluateInput, body, "plan")
-    check_size(given.request, settings)
-    outcome = await _in_pool(request, worker.evaluate_layout, body)
+    outcome = await _in_pool(request, EvaluateInput, worker.evaluate_layout)
     if isinstance(outcome, Response):
         return outcome
     return Response(outcome["plan"], media_type="application/json")
@@ -60,11 +62,7 @@ async def evaluate_plan(request: Request) -> Response:
                               "content": json_content(CheckResult)},
                         **responses(401, 413, 422, 429)})
 async def check(request: Request) -> Response:
-    settings: ServiceSettings = request.app.state.settings
-    body = await read_body(request, settings.max_body_bytes)
-    given = await parse_in_thread(Plan, body, "plan")
-    check_size(given.request, settings)
-    outcome = await _in_pool(request, worker.check, body)
+    outcome = await _in_pool(request, Plan, worker.check)
     if isinstance(outcome, Response):
         return outcome
     return JSONResponse(CheckResult(ok=outcome["ok"], errors=outcome["errors"]).model_dump())

@@ -21,9 +21,15 @@ from typing import Any
 from benchmarks import write_results
 from benchmarks.plan_time import machine
 from planner.bounds import lower_bound
-from planner.partition.cpsat import EXACT_MAX_VARS, exact_model_size, repack, solve_exact
+from planner.partition.cpsat import (
+    EXACT_MAX_VARS,
+    exact_model_size,
+    makespan,
+    repack,
+    solve_exact,
+)
 from planner.partition.hierarchical import host_model_size, solve_hierarchical
-from planner.planning import _best_start, _makespan, candidates_for, resolve
+from planner.planning import _best_start, candidates_for, resolve
 from planner.presets import fixture_text
 from planner.problem import build_problem
 
@@ -42,7 +48,7 @@ def run_case(fixture: str, hosts: int) -> dict[str, Any]:
     cands, _ = candidates_for(problem)
     bound = lower_bound(problem, cands)
     start = _best_start(problem, cands, bound)
-    start_s = _makespan(problem, start)
+    start_s = makespan(problem, start.choices)
     row: dict[str, Any] = {"fixture": fixture, "hosts": hosts, "heuristic_s": start_s,
                            "simple_bound_s": bound.value_s,
                            "flat_vars": exact_model_size(problem, cands),
@@ -59,7 +65,7 @@ def run_case(fixture: str, hosts: int) -> dict[str, Any]:
         else:
             res = repack(problem, cands, start, BUDGET, 0)
         assert res is not None
-        step = _makespan(problem, res.assignment)
+        step = makespan(problem, res.assignment.choices)
         proved = max(bound.value_s, res.bound_s or 0.0)
         row[mode] = {"step_s": step, "bound_s": proved, "gap": step / proved - 1,
                      "status": res.status, "det_time": res.det_time,

@@ -19,23 +19,35 @@ import numpy as np
 
 from cost_models.traffic import PieceTraffic
 
-# The three phases: ids (owner sends), pooled vectors (owner receives), gradients (sends).
-PHASES = ("ids", "out_fwd", "out_bwd")
+# The three phases, in this order: ids (owner sends), pooled vectors (owner receives),
+# gradients (owner sends).
 
 
-def owner_wait(piece_inter: np.ndarray, host_rate: np.ndarray, host_of: np.ndarray,
-               batch_per_gpu: int, nic_bw: float) -> np.ndarray:
-    """Seconds per GPU that the owner side adds beyond the piece side, over the 3 phases.
+def owner_deficit(piece_inter: np.ndarray, host_rate: np.ndarray, host_of: np.ndarray,
+                  batch_per_gpu: int) -> np.ndarray:
+    """(W, 3) bytes by which each GPU's owner side exceeds its own pieces' inter-host bytes,
+    per phase (negative where the pieces' side is the longer; zeros on one host).
 
     piece_inter: (W, 3) inter-host bytes of each GPU's pieces per phase (ids received,
     vectors sent, gradients received). host_rate: (H, 3) owner bytes per sample of the
     pieces on each host. host_of: (W,) host of each rank.
     """
     if host_rate.shape[0] < 2:
-        return np.zeros(piece_inter.shape[0])
+        return np.zeros_like(piece_inter)
     total = host_rate.sum(axis=0)
     owner = batch_per_gpu * (total[None, :] - host_rate[host_of])
-    return np.maximum(owner - piece_inter, 0.0).sum(axis=1) / nic_bw
+    return owner - piece_inter
+
+
+def wait_of(deficit: np.ndarray, nic_bw: float) -> np.ndarray:
+    """Seconds of owner-side wait for deficits (..., 3): the positive ones, over the NIC."""
+    return np.maximum(deficit, 0.0).sum(axis=-1) / nic_bw
+
+
+def owner_wait(piece_inter: np.ndarray, host_rate: np.ndarray, host_of: np.ndarray,
+               batch_per_gpu: int, nic_bw: float) -> np.ndarray:
+    """Seconds per GPU that the owner side adds beyond the piece side, over the 3 phases."""
+    return wait_of(owner_deficit(piece_inter, host_rate, host_of, batch_per_gpu), nic_bw)
 
 
 def piece_sides(t: PieceTraffic) -> tuple[np.ndarray, np.ndarray]:

@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from planner.check import check_plan
-from planner.cli_input import load_json, read_input
+from planner.cli_common import fail, load_json, read_input
 from planner.errors import BadInputError, PlannerError
 from planner.plan_model import EvaluateInput, Plan, PlanLayout
 from planner.planning import evaluate, plan
@@ -32,11 +32,6 @@ err = Console(stderr=True, soft_wrap=True)
 class Format(StrEnum):
     table = "table"
     json = "json"
-
-
-def _fail(exc: PlannerError) -> None:
-    err.print(f"[red]error:[/] {exc}", highlight=False)
-    raise typer.Exit(exc.exit_code)
 
 
 def _emit(plan_obj: Plan, fmt: Format, output: Path | None, seconds: float | None) -> None:
@@ -95,7 +90,7 @@ def plan_cmd(
             result = plan(raw, progress)
         seconds = time.perf_counter() - start
     except PlannerError as exc:
-        _fail(exc)
+        fail(exc, exc.exit_code)
     _emit(result, fmt, output, seconds)
 
 
@@ -105,7 +100,7 @@ def check_cmd(plan_file: Annotated[str, typer.Argument(help="plan JSON, or '-'")
     try:
         p = parse_json_model(Plan, read_input(plan_file, "plan"), "plan")
     except PlannerError as exc:
-        _fail(exc)
+        fail(exc, exc.exit_code)
     report = check_plan(p)
     if report.ok:
         out.print(f"[green]ok[/]: {len(p.tables)} tables on {len(p.gpus)} GPUs; every row and "
@@ -129,7 +124,7 @@ def evaluate_cmd(
                             tables=given.tables)
         result = evaluate(layout)
     except PlannerError as exc:
-        _fail(exc)
+        fail(exc, exc.exit_code)
     _emit(result, fmt, output, None)
 
 

@@ -19,6 +19,7 @@ from planner.partition.cpsat import (
     ProgressFn,
     SolveResult,
     exact_model_size,
+    makespan,
     repack,
     solve_exact,
 )
@@ -150,11 +151,6 @@ def _decisions(problem: Problem, slow: bool, bound: LowerBound, a: Assignment) -
     return out
 
 
-def _makespan(problem: Problem, a: Assignment) -> float:
-    state = LoadState.of_choices(problem.hw, problem.model, a.choices)
-    return float(state.load().max())
-
-
 def _best_start(problem: Problem, cands: list[list[Candidate]], bound: LowerBound) -> Assignment:
     """Local search from several deterministic starts, keep the best: the candidate-choosing
     greedy; on up to _SMALL_TABLES tables also a table-wise-only LPT (the ZionEX-style start,
@@ -171,15 +167,17 @@ def _best_start(problem: Problem, cands: list[list[Candidate]], bound: LowerBoun
         others.append(("the table-wise start", table_wise, False))
     if problem.hw.hosts > 1:
         others.append(("the owner-side-aware greedy", cands, True))
+    best_s = makespan(problem, best.choices)
     for label, pool, owner in others:
         try:
             other = local_search(problem, cands,
                                  greedy(problem, pool, bound.prices, owner_side=owner), steps)
         except InfeasibleError:
             continue
-        if _makespan(problem, other) < _makespan(problem, best):
+        other_s = makespan(problem, other.choices)
+        if other_s < best_s:
             other.notes.append(f"kept the plan grown from {label}")
-            best = other
+            best, best_s = other, other_s
     return best
 
 
@@ -202,7 +200,7 @@ def plan(request: PlanRequest | ResolvedRequest | dict[str, Any],
     assignment = solved.assignment if solved is not None else heuristic
     if solved is not None and solved.bound_s is not None:
         bound = bound.with_solver(solved.bound_s)
-    proven = solved is not None and _makespan(problem, assignment) <= bound.value_s * (
+    proven = solved is not None and makespan(problem, assignment.choices) <= bound.value_s * (
         1 + PROVEN_TOL)
     layout = layout_of(problem, assignment)
     warnings = []
@@ -229,8 +227,7 @@ def _solve(problem: Problem, cands: list[list[Candidate]], bound: LowerBound,
            progress: ProgressFn | None) -> SolveResult | None:
     """CP-SAT after the heuristic, as the options ask: `greedy` never, `ilp` always, `auto`
     unless the heuristic plan is already within AUTO_GAP of the bound or the model would pass
-    AUTO_MAX_VARS. Which CP-SAT mode
-    (measured in benchmarks/results/solvers.md):
+    AUTO_MAX_VARS. Which CP-SAT mode (measured in benchmarks/results/solvers.md):
     - one or two hosts: the exact model when it is small enough, else the re-pack;
     - several hosts: the hierarchical model (hosts, then GPUs) when its host level is small
       enough, which proved what the flat model could not on 16 hosts and gives the tighter
@@ -239,7 +236,7 @@ def _solve(problem: Problem, cands: list[list[Candidate]], bound: LowerBound,
     opts = req.options
     if opts.solver == "greedy":
         return None
-    gap = _makespan(problem, start) / bound.value_s - 1 if bound.value_s > 0 else 0.0
+    gap = makespan(problem, start.choices) / bound.value_s - 1 if bound.value_s > 0 else 0.0
     if opts.solver == "auto" and gap <= AUTO_GAP:
         start.notes.append(f"heuristic plan within {AUTO_GAP:.1%} of the bound: CP-SAT skipped")
         return None
@@ -255,11 +252,11 @@ def _solve(problem: Problem, cands: list[list[Candidate]], bound: LowerBound,
         result = solve_exact(problem, cands, start, budget, seed, bound.value_s, target,
                              progress)
         return result or repack(problem, cands, start, budget, seed, progress)
-    if host_model_size(problem, cands) > EXACT_MAX_VARS:
+    if size > EXACT_MAX_VARS:
         return repack(problem, cands, start, budget, seed, progress)
     first = solve_hierarchical(problem, cands, start, budget / 2, seed, progress)
     best = max(bound.value_s, first.bound_s or 0.0)
-    if target is not None and _makespan(problem, first.assignment) <= best * (1 + target):
+    if target is not None and makespan(problem, first.assignment.choices) <= best * (1 + target):
         return first
     second = repack(problem, cands, first.assignment, budget - first.det_time, seed, progress)
     return SolveResult(second.assignment,

@@ -66,21 +66,19 @@ def register(app: typer.Typer) -> None:
         or hangs."""
         from rich.console import Console
 
+        from planner.cli_common import fail
         from planner.errors import PlannerError
         from planner.plan_model import Plan
         from planner.validation import parse_json_model
 
-        err = Console(stderr=True, soft_wrap=True)
         try:
             plan_obj = parse_json_model(Plan, plan.read_text(), "plan")
         except (OSError, PlannerError) as exc:
-            err.print(f"[red]error:[/] {exc}", highlight=False)
-            raise typer.Exit(2) from exc
+            fail(exc, 2)
         try:
             import torch  # noqa: F401
-        except ImportError as exc:
-            err.print("[red]error:[/] the executor needs torch: pip install -e '.[executor]'")
-            raise typer.Exit(2) from exc
+        except ImportError:
+            fail("the executor needs torch: pip install -e '.[executor]'", 2)
         from planner.executor.job import RunOptions
         from planner.executor.launch import RankFailure
         from planner.executor.run import collect as collect_run
@@ -90,8 +88,7 @@ def register(app: typer.Typer) -> None:
                           device=device.value, cache_policy=cache_policy.value,
                           collective_timeout_s=collective_timeout)
         if (prepare_only or collect) and run_dir is None:
-            err.print("[red]error:[/] --prepare-only and --collect need --run-dir")
-            raise typer.Exit(2)
+            fail("--prepare-only and --collect need --run-dir", 2)
         try:
             if prepare_only:
                 assert run_dir is not None
@@ -107,11 +104,9 @@ def register(app: typer.Typer) -> None:
             else:
                 rep = execute(plan_obj, opts, scale_rows, batch, run_dir, timeout, reference)
         except RankFailure as exc:
-            err.print(f"[red]error:[/] {exc}", highlight=False)
-            raise typer.Exit(EXIT_RANK_FAILED) from exc
+            fail(exc, EXIT_RANK_FAILED)
         except ValueError as exc:
-            err.print(f"[red]error:[/] {exc}", highlight=False)
-            raise typer.Exit(2) from exc
+            fail(exc, 2)
         body = json.dumps(rep.to_json(), indent=1) + "\n"
         if output is not None:
             output.write_text(body)

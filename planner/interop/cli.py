@@ -13,7 +13,7 @@ from typing import Annotated, Any
 
 import typer
 
-from planner.cli_input import load_json, read_input
+from planner.cli_common import fail, load_json, read_input
 from planner.errors import BadInputError, PlannerError
 
 
@@ -24,11 +24,6 @@ class ExportFormat(StrEnum):
 class Device(StrEnum):
     cuda = "cuda"
     cpu = "cpu"
-
-
-def _fail(exc: PlannerError) -> None:
-    typer.echo(f"error: {exc}", err=True)
-    raise typer.Exit(exc.exit_code)
 
 
 def _write(text: str, output: Path | None) -> None:
@@ -60,7 +55,7 @@ def export_cmd(
     try:
         given = parse_json_model(EvaluateInput, read_input(plan_file, "plan"), "plan")
     except PlannerError as exc:
-        _fail(exc)
+        fail(exc, exc.exit_code)
     layout = PlanLayout(schema_version=given.schema_version, request=given.request,
                         tables=given.tables)
     result = to_torchrec(layout, device=device.value, module_path=module_path)
@@ -95,7 +90,7 @@ def import_tables_cmd(
         configs = raw.get("tables") if isinstance(raw, dict) else raw
         model = model_from_torchrec_tables(configs, batch_size, name=name)
     except PlannerError as exc:
-        _fail(exc)
+        fail(exc, exc.exit_code)
     _write(model.model_dump_json(indent=1, exclude_defaults=True) + "\n", output)
 
 
@@ -132,7 +127,7 @@ def import_plan_cmd(
         request = resolve({"model": load_json(read_input(model, "model"), "model"), "hardware": hw})
         layout = layout_from_torchrec(export, request)
     except PlannerError as exc:
-        _fail(exc)
+        fail(exc, exc.exit_code)
     _write(layout.model_dump_json(indent=1) + "\n", output)
 
 

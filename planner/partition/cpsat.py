@@ -57,7 +57,7 @@ ProgressFn = Callable[[Progress], None]
 @dataclass
 class SolveResult:
     assignment: Assignment
-    status: str  # "optimal", "feasible" (stopped at the limit), "improved", "no improvement"
+    status: str  # what CP-SAT achieved, in words: "optimal", "feasible (...)", "improved", ...
     bound_s: float | None  # a valid lower bound on every plan in the candidate space
     det_time: float
     history: list[Progress] = field(default_factory=list)

@@ -30,6 +30,7 @@ from ortools.sat.python import cp_model
 
 from planner.candidates import Candidate, Group, Scope
 from planner.partition.assignment import TableChoice
+from planner.partition.greedy import allowed_mask
 from planner.partition.state import LoadState
 from planner.problem import Problem
 
@@ -68,6 +69,20 @@ class _Load:
     rate: list[tuple[int, int, int]] = field(default_factory=list)
 
 
+def ticks_of(x: Group | LoadState, unit: float,
+             problem: Problem) -> tuple[np.ndarray, ...]:
+    """Integer ticks of a group's pieces (or a load state's GPUs and hosts): compute, comm,
+    own inter-host seconds per phase (rounded up), and the owner seconds per phase they
+    cause on other hosts' GPUs (rounded down); see the module docstring for why."""
+    nic, b = problem.hw.eff_nic_bw, problem.model.batch_per_gpu
+
+    def down(seconds: np.ndarray) -> np.ndarray:
+        return np.floor(np.asarray(seconds, dtype=np.float64) / unit).astype(np.int64)
+
+    inter = np.ceil(x.inter / nic / unit).astype(np.int64)
+    return down(x.comp), down(x.comm), inter, down(x.rate * b / nic)
+
+
 class PartitionModel:
     """Builds the model over the ranks in `scope` for the tables in `free`; the loads and
     memory of everything else come in `base`. `group_host`, when given, puts group g of
@@ -88,12 +103,8 @@ class PartitionModel:
         whole_hosts = scope.reshape(self.hosts, self.g).all(axis=1)
         self.tables: dict[int, list[_CandVars]] = {}
         for t in free:
-            allowed = scope.copy()
-            pins = problem.tables[t].constraints.pinned_ranks
-            if pins:
-                mask = np.zeros(self.w, dtype=bool)
-                mask[list(pins)] = True
-                allowed &= mask
+            pins = allowed_mask(problem, t)
+            allowed = scope if pins is None else scope & pins
             entries = []
             for ci, cand in enumerate(cands[t]):
                 if cand.scope is Scope.WORLD and not allow_world:
@@ -104,18 +115,6 @@ class PartitionModel:
             self.tables[t] = entries
             self.model.add_exactly_one(e.x for e in entries)
         self.makespan = self._limits()
-
-    # Integer seconds, rounded down (see the module docstring for why down).
-    def _ticks(self, seconds: np.ndarray) -> np.ndarray:
-        return np.floor(np.asarray(seconds, dtype=np.float64) / self.unit).astype(np.int64)
-
-    def _sides(self, grp: Group) -> tuple[np.ndarray, np.ndarray]:
-        """Per piece and phase: its own inter-host ticks (rounded up) and the owner ticks
-        per GPU it causes on other hosts (rounded down)."""
-        nic = self.problem.hw.eff_nic_bw
-        inter = np.ceil(grp.inter / nic / self.unit).astype(np.int64)
-        rate = self._ticks(grp.rate * self.problem.model.batch_per_gpu / nic)
-        return inter, rate
 
     def _add_piece(self, var: cp_model.IntVar, rank: int, grp: Group, j: int,
                    ticks: tuple[np.ndarray, ...]) -> None:
@@ -135,11 +134,8 @@ class PartitionModel:
             hl.rvars.append(var)
             hl.rate.append((int(rate[j, 0]), int(rate[j, 1]), int(rate[j, 2])))
 
-    def _group_ticks(self, grp: Group) -> tuple[np.ndarray, ...]:
-        return (self._ticks(grp.comp), self._ticks(grp.comm), *self._sides(grp))
-
     def _add_group(self, var: cp_model.IntVar, grp: Group, ranks: np.ndarray) -> None:
-        ticks = self._group_ticks(grp)
+        ticks = ticks_of(grp, self.unit, self.problem)
         for j, r in enumerate(ranks.tolist()):
             self._add_piece(var, r, grp, j, ticks)
 
@@ -192,7 +188,7 @@ class PartitionModel:
     def _host_free(self, t: int, ci: int, gi: int, grp: Group, host_ok: np.ndarray,
                    place: _GroupPlacement, x: cp_model.IntVar) -> None:
         m, g, k = self.model, self.g, len(grp)
-        ticks = self._group_ticks(grp)
+        ticks = ticks_of(grp, self.unit, self.problem)
         zs = []
         for h in np.flatnonzero(host_ok).tolist():
             z = m.new_bool_var(f"z_t{t}_c{ci}_g{gi}_h{h}")
@@ -214,10 +210,7 @@ class PartitionModel:
 
     def _base_ticks(self) -> tuple[np.ndarray, ...]:
         """The fixed part's compute, comm, own inter-host and per-host owner ticks."""
-        base, nic = self.base, self.problem.hw.eff_nic_bw
-        inter = np.ceil(base.inter / nic / self.unit).astype(np.int64)
-        rate = self._ticks(base.rate * self.problem.model.batch_per_gpu / nic)
-        return self._ticks(base.comp), self._ticks(base.comm), inter, rate
+        return ticks_of(self.base, self.unit, self.problem)
 
     def _owner_side(self) -> dict[int, list[cp_model.IntVar]]:
         """e[r,k] per GPU in scope (none on one host, where nothing crosses a NIC)."""

@@ -31,7 +31,8 @@ from planner.partition.cpsat import (
     _params,
     makespan,
 )
-from planner.partition.cpsat_model import PartitionModel
+from planner.partition.cpsat_model import PartitionModel, ticks_of
+from planner.partition.greedy import allowed_mask
 from planner.partition.state import LoadState
 from planner.problem import Problem
 
@@ -72,11 +73,8 @@ class HostModel:
         piece_floor = []
         for t, cs in enumerate(cands):
             entries = []
-            pins = problem.tables[t].constraints.pinned_ranks
-            allowed = np.ones(hw.world_size, dtype=bool)
-            if pins:
-                allowed[:] = False
-                allowed[list(pins)] = True
+            pins = allowed_mask(problem, t)
+            allowed = np.ones(hw.world_size, dtype=bool) if pins is None else pins
             per_host = allowed.reshape(n, self.g)
             for ci, c in enumerate(cs):
                 ok = self._hosts_ok(c, per_host)
@@ -115,13 +113,9 @@ class HostModel:
         return ok if ok.any() else None
 
     def _vectors(self, grp: Group) -> np.ndarray:
-        nic = self.problem.hw.eff_nic_bw
-        b = self.problem.model.batch_per_gpu
-        return np.column_stack([
-            np.floor(grp.comp / self.unit), np.floor(grp.comm / self.unit),
-            grp.hbm, grp.ddr, grp.ssd,
-            np.ceil(grp.inter / nic / self.unit), np.floor(grp.rate * b / nic / self.unit),
-        ])
+        """Per piece: compute, comm, HBM, DDR, SSD, own inter-host (3), owner (3) ticks."""
+        comp, comm, inter, rate = ticks_of(grp, self.unit, self.problem)
+        return np.column_stack([comp, comm, grp.hbm, grp.ddr, grp.ssd, inter, rate])
 
     def _add(self, h: int, v: cp_model.IntVar, grp: Group) -> None:
         total = self._vectors(grp).sum(axis=0)

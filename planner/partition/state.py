@@ -5,7 +5,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from cost_models import HardwareProfile, ModelGeom, owner_wait
+from cost_models import HardwareProfile, ModelGeom
+from cost_models.placement import owner_deficit, wait_of
 from planner.candidates import Candidate, Group, Scope
 
 if TYPE_CHECKING:
@@ -67,39 +68,29 @@ class LoadState:
     def combine(self, comp: np.ndarray, comm: np.ndarray) -> np.ndarray:
         return np.maximum(comp, comm) if self.pipelined else comp + comm
 
-    def wait(self) -> np.ndarray:
-        """Per GPU, the owner side's seconds beyond the pieces' (placement-dependent)."""
-        if not self.owner_side:
-            return np.zeros(self.w)
-        return owner_wait(self.inter, self.rate, self.host_of, self.model.batch_per_gpu,
-                          self.hw.eff_nic_bw)
-
-    def load(self) -> np.ndarray:
-        return self.combine(self.comp, self.comm + self.wait())
-
     def deficit(self) -> np.ndarray:
-        """(W, 3) bytes by which each GPU's owner side exceeds its pieces' inter-host bytes
-        per phase (negative: the pieces' side is the longer); zeros where not counted."""
-        if self.hw.hosts < 2 or not self.owner_side:
+        """(W, 3) owner-side bytes beyond each GPU's pieces' (placement.py); zeros where the
+        owner side is not counted."""
+        if not self.owner_side:
             return np.zeros((self.w, 3))
-        total = self.rate.sum(axis=0)
-        owner = self.model.batch_per_gpu * (total[None, :] - self.rate[self.host_of])
-        return owner - self.inter
+        return owner_deficit(self.inter, self.rate, self.host_of, self.model.batch_per_gpu)
 
     def wait_of(self, deficit: np.ndarray) -> np.ndarray:
         """Seconds of owner-side wait for deficits (..., 3)."""
-        return np.maximum(deficit, 0.0).sum(axis=-1) / self.hw.eff_nic_bw
+        return wait_of(deficit, self.hw.eff_nic_bw)
+
+    def wait(self) -> np.ndarray:
+        """Per GPU, the owner side's seconds beyond the pieces' (placement-dependent)."""
+        return self.wait_of(self.deficit())
 
     def wait_with(self, inter: np.ndarray) -> np.ndarray:
         """Per GPU, the owner-side wait if a piece with these inter-host bytes (3,) were added
         to it. Adding a piece to a host raises its pieces' total and the host's share alike,
         so the host's owner side stays as it is; the piece's own traffic fills its GPU's."""
-        if self.hw.hosts < 2 or not self.owner_side:
-            return np.zeros(self.w)
-        total = self.rate.sum(axis=0)
-        owner = self.model.batch_per_gpu * (total[None, :] - self.rate[self.host_of])
-        deficit = owner - self.inter - inter[None, :]
-        return np.maximum(deficit, 0.0).sum(axis=1) / self.hw.eff_nic_bw
+        return self.wait_of(self.deficit() - inter[None, :])
+
+    def load(self) -> np.ndarray:
+        return self.combine(self.comp, self.comm + self.wait())
 
     def apply(self, group: Group, ranks: np.ndarray, sign: int = 1) -> None:
         np.add.at(self.comp, ranks, sign * group.comp)

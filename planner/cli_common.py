@@ -1,9 +1,13 @@
-"""Reading the CLI's inputs: a file, '-' for stdin, or a bundled model fixture's name."""
+"""Shared by the CLI commands: reading inputs (a file, '-' for stdin, or a bundled model
+fixture's name) and failing with one stderr line and an exit code."""
 
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
+
+import typer
+from rich.console import Console
 
 from planner.errors import BadInputError
 
@@ -31,3 +35,12 @@ def load_json(text: str, what: str, want_object: bool = True) -> Any:
     if want_object and not isinstance(value, dict):
         raise BadInputError(what, "expected a JSON object")
     return value
+
+
+_err = Console(stderr=True, soft_wrap=True)
+
+
+def fail(message: object, code: int) -> NoReturn:
+    """One line on stderr, `error: message`, then exit with `code`."""
+    _err.print(f"[red]error:[/] {message}", highlight=False)
+    raise typer.Exit(code)
