@@ -27,6 +27,7 @@ import torch
 from benchmarks import write_results
 from planner.executor.demo import GPUS_PER_HOST, HOSTS, all_types_plan
 from planner.executor.job import RunOptions
+from planner.executor.predict import COLLECTIVES
 from planner.executor.run import ExecutionReport, execute
 from planner.plan_model import Plan, PlanLayout
 from planner.presets import preset_dict
@@ -91,7 +92,7 @@ def main() -> None:
         q = execute(all_types_plan(p, p, batch=64), RunOptions(steps=3, warmup_steps=15),
                     timeout_s=300, reference=False)
         per = {}
-        for k in ("input_a2a_ids", "output_fwd", "output_bwd", "allreduce"):
+        for k in COLLECTIVES:
             per[k] = {"measured": sum(r["bytes"][k]["measured"] for r in q.ranks),
                       "predicted": sum(r["bytes"][k]["predicted"] for r in q.ranks)}
         per["checks_pass"] = all(c.ok for c in q.checks)
@@ -133,11 +134,12 @@ def _markdown(p: dict[str, Any]) -> str:
               "Demo plan with every sharding type and tier, batch 64 per rank, the same "
               "precision forward and backward. Input ids of row-split pieces depend on the "
               "ids drawn (the model gives their expectation).", "",
-              "| precision | input ids | output fwd | output bwd | all-reduce | checks |",
-              "|---|---:|---:|---:|---:|---|"]
+              "| precision | input lengths | input ids | output fwd | output bwd | all-reduce | "
+              "checks |",
+              "|---|---:|---:|---:|---:|---:|---|"]
     for prec, c in p["bytes_per_step"].items():
         cells = []
-        for k in ("input_a2a_ids", "output_fwd", "output_bwd", "allreduce"):
+        for k in COLLECTIVES:
             meas, pred = c[k]["measured"], c[k]["predicted"]
             mark = "=" if abs(meas - pred) < 1e-6 else "~"
             cells.append(f"{meas:,.0f} {mark} {pred:,.0f}")

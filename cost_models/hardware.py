@@ -26,6 +26,8 @@ class CostConstants:
     ssd_read_granularity_bytes: an SSD read fetches at least one 4 KiB page, so a missed row
         smaller than a page costs a whole page.
     id_bytes: bytes per sparse id sent in the input all-to-all (int64, TorchRec's default).
+    length_bytes: bytes per bag length: the input all-to-all also sends, per sample and per
+        piece, how many of the sample's ids follow (int32, as TorchRec's KJT lengths).
     cache_metadata_bytes_per_row: per cache slot, FBGEMM's LXU cache keeps the cached row's
         index (int64) and its LRU/LFU stamp (int64): 16 bytes.
     piece_overhead_s: fixed per-piece cost per step (kernel bookkeeping, forward and backward),
@@ -40,6 +42,7 @@ class CostConstants:
     nic_efficiency: float = 0.8
     ssd_read_granularity_bytes: int = 4096
     id_bytes: int = 8
+    length_bytes: int = 4
     cache_metadata_bytes_per_row: int = 16
     piece_overhead_s: float = 5e-6
 

@@ -28,7 +28,7 @@ class PieceTraffic:
     hbm_bwd: float  # backward + fused-optimizer bytes served from HBM
     host: float  # bytes read/written in host DDR over PCIe (cache misses, ddr and ssd tiers)
     ssd: float  # bytes read/written on the SSD (page-granular)
-    ids_intra: float  # input all-to-all: id bytes received from GPUs of the same host
+    ids_intra: float  # input all-to-all: id and bag-length bytes received from the same host
     ids_inter: float  # ... and from other hosts
     out_fwd_intra: float  # output all-to-all, forward: pooled vectors / partial sums sent
     out_fwd_inter: float
@@ -41,6 +41,8 @@ class PieceTraffic:
     owner_ids: float = 0.0
     owner_out_fwd: float = 0.0
     owner_out_bwd: float = 0.0
+    # Of ids_intra + ids_inter, the bag lengths: one per sample per piece, whatever the ids.
+    lengths: float = 0.0
 
 
 def hit_rate(table: TableGeom, tier: Tier, cache_ratio: float, piece_rows: int) -> float:
@@ -106,6 +108,7 @@ def piece_traffic(
 
     allreduce = 0.0
     owner = (0.0, 0.0, 0.0)
+    lengths_recv = 0.0
     if kind is ShardingType.DATA_PARALLEL:
         ids_intra = ids_inter = 0.0
         out = (0.0, 0.0, 0.0, 0.0)
@@ -116,13 +119,16 @@ def piece_traffic(
         grad_bytes = table.rows * comm_row_bytes(model.bwd_precision, piece_cols)
         allreduce = 2.0 * (world - 1) / world * grad_bytes
     else:
-        ids = lookups * c.id_bytes
+        # Every sample sends the piece its bag length, even an empty bag (a row-split piece).
+        lengths = samples * c.length_bytes
+        ids = lookups * c.id_bytes + lengths
         ids_intra = ids * (g - 1) / world
         ids_inter = ids * (world - g) / world
+        lengths_recv = lengths * (world - 1) / world
         out = _output_bytes(kind, samples, piece_cols, g, world, model)
         # Host-reduced pieces (TWRW, grid) send one reduced vector per sample per host.
         share = 1.0 / g if kind in _HOST_REDUCED else 1.0
-        owner = (table.pooling * id_share * c.id_bytes,
+        owner = (table.pooling * id_share * c.id_bytes + c.length_bytes,
                  comm_row_bytes(model.fwd_precision, piece_cols) * share,
                  comm_row_bytes(model.bwd_precision, piece_cols) * share)
 
@@ -142,6 +148,7 @@ def piece_traffic(
         owner_ids=owner[0],
         owner_out_fwd=owner[1],
         owner_out_bwd=owner[2],
+        lengths=lengths_recv,
     )
 
 

@@ -286,7 +286,8 @@ def test_traffic_table_wise():
     # B = 10*8 = 80 samples; lookups = 80 * 2 pooling * 1.0 share = 160 rows
     # fwd = 160 * 32 = 5120 B rows + 160 ids * 8 B = 1280 B  -> 6400
     # bwd = 160 * 2 * (32 + 4) = 11520
-    # ids = 1280 B: intra (G-1)/W = 3/8 -> 480, inter (W-G)/W = 4/8 -> 640
+    # input = 1280 B of ids + 80 samples * 4 B bag lengths = 1600 B:
+    #     intra (G-1)/W = 3/8 -> 600, inter (W-G)/W = 4/8 -> 800; lengths received 80*4*7/8
     # out fwd fp32 row 32 B: 80 * 32 = 2560 B -> intra 3/8 = 960, inter 4/8 = 1280
     # out bwd fp16 row 16 B: 80 * 16 = 1280 B -> intra 480, inter 640
     check_traffic(
@@ -296,8 +297,9 @@ def test_traffic_table_wise():
         hbm_bwd=11520,
         host=0,
         ssd=0,
-        ids_intra=480,
-        ids_inter=640,
+        ids_intra=600,
+        ids_inter=800,
+        lengths=280,
         out_fwd_intra=960,
         out_fwd_inter=1280,
         out_bwd_intra=480,
@@ -313,7 +315,7 @@ def test_traffic_column_wise_piece():
     t = traffic(table, ShardingType.COLUMN_WISE, rows=1000, cols=4)
     # every column piece sees all ids: lookups = 80 * 2 = 160
     # fwd = 160 * 8 + 160 * 8 (ids) = 2560; bwd = 160 * 2 * (8 + 16) = 7680
-    # ids 1280 B -> 480 intra, 640 inter
+    # ids 1280 B + lengths 320 B -> 600 intra, 800 inter
     # out fwd fp32 4 cols = 16 B: 80*16 = 1280 -> intra 3/8 = 480, inter 4/8 = 640
     # out bwd fp16 4 cols = 8 B: 80*8 = 640 -> intra 240, inter 320
     check_traffic(
@@ -323,8 +325,8 @@ def test_traffic_column_wise_piece():
         hbm_bwd=7680,
         host=0,
         ssd=0,
-        ids_intra=480,
-        ids_inter=640,
+        ids_intra=600,
+        ids_inter=800,
         out_fwd_intra=480,
         out_fwd_inter=640,
         out_bwd_intra=240,
@@ -341,7 +343,8 @@ def test_traffic_row_wise_piece():
                 model=make_model(bwd=CommPrecision.INT8))
     # lookups = 80 * 2 * 125/1000 = 20
     # fwd = 20 * 32 + 20 * 8 = 800; bwd = 20 * 2 * (32 + 64) = 3840
-    # ids = 20 * 8 = 160 -> intra 3/8 = 60, inter 4/8 = 80
+    # ids = 20 * 8 = 160, plus a bag length for each of the 80 samples, 320 B, empty bags
+    # included = 480 -> intra 3/8 = 180, inter 4/8 = 240
     # out: a partial sum for every one of the 80 samples.
     #   fwd fp32 32 B: 2560 -> intra 960, inter 1280
     #   bwd int8 12 B: 960 -> intra 3/8 = 360, inter 4/8 = 480
@@ -352,8 +355,9 @@ def test_traffic_row_wise_piece():
         hbm_bwd=3840,
         host=0,
         ssd=0,
-        ids_intra=60,
-        ids_inter=80,
+        ids_intra=180,
+        ids_inter=240,
+        lengths=280,
         out_fwd_intra=960,
         out_fwd_inter=1280,
         out_bwd_intra=360,
@@ -368,7 +372,7 @@ def test_traffic_table_row_wise_piece():
     t = traffic(table, ShardingType.TABLE_ROW_WISE, rows=250, cols=8)
     # lookups = 80 * 2 * 1/4 = 40
     # fwd = 40 * 32 + 40 * 8 = 1600; bwd = 40 * 2 * 32 = 2560
-    # ids = 320 -> intra 3/8 = 120, inter 4/8 = 160
+    # ids = 320 + lengths 320 = 640 -> intra 3/8 = 240, inter 4/8 = 320
     # out fwd fp32 32 B over 80 samples = 2560 B:
     #   intra reduce-scatter (G-1)/G = 3/4 -> 1920
     #   inter B*(W-G)/(W*G) = 80 * 4/32 = 10 vectors -> 320
@@ -380,8 +384,8 @@ def test_traffic_table_row_wise_piece():
         hbm_bwd=2560,
         host=0,
         ssd=0,
-        ids_intra=120,
-        ids_inter=160,
+        ids_intra=240,
+        ids_inter=320,
         out_fwd_intra=1920,
         out_fwd_inter=320,
         out_bwd_intra=960,
@@ -396,7 +400,7 @@ def test_traffic_grid_piece():
     t = traffic(table, ShardingType.GRID, rows=250, cols=8)
     # lookups = 80 * 2 * 1/4 = 40
     # fwd = 40 * 16 + 40 * 8 = 960; bwd = 40 * 2 * 16 = 1280
-    # ids = 320 -> 120 intra, 160 inter
+    # ids = 320 + lengths 320 = 640 -> 240 intra, 320 inter
     # out (8 cols): fwd 32 B -> intra 80*32*3/4 = 1920, inter 10 vectors * 32 = 320
     #               bwd 16 B -> intra 960, inter 160
     check_traffic(
@@ -406,8 +410,8 @@ def test_traffic_grid_piece():
         hbm_bwd=1280,
         host=0,
         ssd=0,
-        ids_intra=120,
-        ids_inter=160,
+        ids_intra=240,
+        ids_inter=320,
         out_fwd_intra=1920,
         out_fwd_inter=320,
         out_bwd_intra=960,
@@ -449,12 +453,12 @@ def test_traffic_single_host_has_no_inter_host_bytes():
     # 1 host x 4 GPUs: W = G = 4, B = 40. TW piece, fp32, SGD.
     hw = make_hw(hosts=1, gpus_per_host=4)
     t = traffic(make_table(), ShardingType.TABLE_WISE, hw=hw)
-    # lookups = 40 * 2 = 80; ids = 640 B -> intra (G-1)/W = 3/4 -> 480, inter 0
+    # lookups = 40 * 2 = 80; ids = 640 B + lengths 40 * 4 = 160 -> intra (G-1)/W = 3/4 -> 600
     # out fwd 40 * 32 = 1280 -> intra 3/4 = 960; bwd 40 * 16 = 640 -> 480
     check_traffic(
         t,
         lookups=80,
-        ids_intra=480,
+        ids_intra=600,
         ids_inter=0,
         out_fwd_intra=960,
         out_fwd_inter=0,
@@ -631,7 +635,7 @@ def test_traffic_cost_overhead_only_for_empty_piece():
 
 def test_piece_cost_table_wise_end_to_end():
     # TW piece, fp32, SGD, HBM (see test_traffic_table_wise, with state 0 B):
-    #   hbm_fwd 6400, hbm_bwd 160 * 2 * 32 = 10240, ids 480/640, out fwd 960/1280,
+    #   hbm_fwd 6400, hbm_bwd 160 * 2 * 32 = 10240, ids + lengths 600/800, out fwd 960/1280,
     #   out bwd 480/640
     hw = make_hw(overhead_s=1e-6)
     model = make_model()
@@ -641,8 +645,8 @@ def test_piece_cost_table_wise_end_to_end():
     # backward = 10240 / 500e9 = 2.048e-8
     assert c.backward == pytest.approx(2.048e-8, rel=REL)
     assert c.cache_miss == 0
-    # input = 480 / 200e9 + 640 / 20e9 = 2.4e-9 + 3.2e-8
-    assert c.input_a2a == pytest.approx(2.4e-9 + 3.2e-8, rel=REL)
+    # input = 600 / 200e9 + 800 / 20e9 = 3e-9 + 4e-8
+    assert c.input_a2a == pytest.approx(3e-9 + 4e-8, rel=REL)
     # output = (960 + 480) / 200e9 + (1280 + 640) / 20e9 = 7.2e-9 + 9.6e-8
     assert c.output_a2a == pytest.approx(7.2e-9 + 9.6e-8, rel=REL)
     assert c.allreduce == 0
@@ -764,16 +768,18 @@ def test_owner_side_wait_by_hand() -> None:
 
 def test_owner_bytes_per_sample_by_hand() -> None:
     """What the owner of one sample exchanges with a piece (placement.py reads these).
-    Table: 1000 rows, dim 8, pooling 2, ids 8 B; fwd fp32 (32 B a row of 8), bwd fp16 (16 B).
-    A table-wise piece: the sample's 2 ids (16 B), one pooled vector each way. A row-wise
-    piece of 250 rows: a quarter of the ids (4 B), a partial sum each way. A table-row-wise
-    piece (4 GPUs per host): its ids, and a quarter of the one vector its host reduces."""
+    Table: 1000 rows, dim 8, pooling 2, ids 8 B, bag lengths 4 B; fwd fp32 (32 B a row of 8),
+    bwd fp16 (16 B). A table-wise piece: the sample's 2 ids (16 B) and its bag length (4 B),
+    one pooled vector each way. A row-wise piece of 250 rows: a quarter of the ids (4 B) and
+    a bag length (4 B, even when empty), a partial sum each way. A table-row-wise piece
+    (4 GPUs per host): its ids and a length, and a quarter of the one vector its host
+    reduces."""
     tab = make_table()
     tw = traffic(tab, ShardingType.TABLE_WISE)
-    check_traffic(tw, owner_ids=16.0, owner_out_fwd=32.0, owner_out_bwd=16.0)
+    check_traffic(tw, owner_ids=20.0, owner_out_fwd=32.0, owner_out_bwd=16.0)
     rw = traffic(tab, ShardingType.ROW_WISE, rows=250)
-    check_traffic(rw, owner_ids=4.0, owner_out_fwd=32.0, owner_out_bwd=16.0)
+    check_traffic(rw, owner_ids=8.0, owner_out_fwd=32.0, owner_out_bwd=16.0)
     twrw = traffic(tab, ShardingType.TABLE_ROW_WISE, rows=250)
-    check_traffic(twrw, owner_ids=4.0, owner_out_fwd=8.0, owner_out_bwd=4.0)
+    check_traffic(twrw, owner_ids=8.0, owner_out_fwd=8.0, owner_out_bwd=4.0)
     dp = traffic(tab, ShardingType.DATA_PARALLEL)
     check_traffic(dp, owner_ids=0.0, owner_out_fwd=0.0, owner_out_bwd=0.0)

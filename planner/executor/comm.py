@@ -87,12 +87,6 @@ class Comm:
             at += out_splits[s]
         return result
 
-    def exchange_sizes(self, name: str, sizes: list[int]) -> list[int]:
-        """Tell every rank how many bytes it will get from this one (int64 per pair)."""
-        send = [torch.tensor([n], dtype=torch.int64).view(torch.uint8) for n in sizes]
-        got = self.alltoall(name, list(send), [8] * self.world)
-        return [0 if g is None else int(g.clone().view(torch.int64)[0]) for g in got]
-
     def ring_allreduce(self, name: str, x: torch.Tensor, precision: CommPrecision) -> None:
         """Sum x [rows, cols] over ranks in place. Rows are cut into `world` chunks; chunk c
         is summed in the order c, c+1, ... (mod world), which the reference reproduces.

@@ -7,6 +7,8 @@ No torch here: the parent process uses this to predict and to build the referenc
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from cost_models import AccessModel, ShardingType, Tier
 from cost_models.types import ROW_SPLIT_TYPES, CommPrecision, DataType, Optimizer
 from planner.plan_model import Plan
@@ -80,6 +82,8 @@ class ExecLayout:
     batch: int  # samples per rank
     fwd_precision: CommPrecision
     bwd_precision: CommPrecision
+    id_bytes: int = 8  # width of an id on the wire (int64 or int32)
+    length_bytes: int = 4  # width of a bag length on the wire
 
     def host_of(self, rank: int) -> int:
         return rank // self.gpus_per_host
@@ -122,5 +126,23 @@ def exec_layout(plan: Plan) -> ExecLayout:
     return ExecLayout(
         tables=tuple(tables), world=hw.world_size, gpus_per_host=hw.gpus_per_host,
         hosts=hw.hosts, batch=model.batch_per_gpu, fwd_precision=model.fwd_precision,
-        bwd_precision=model.bwd_precision,
+        bwd_precision=model.bwd_precision, id_bytes=hw.constants.id_bytes,
+        length_bytes=hw.constants.length_bytes,
     )
+
+
+# Integer widths the executor can put on the wire for ids and bag lengths.
+WIRE_INTS = {4: np.int32, 8: np.int64}
+
+
+def check_wire_widths(lay: ExecLayout) -> None:
+    """The executor sends ids and lengths as int32 or int64, as the cost model counts them."""
+    for name, width in (("id_bytes", lay.id_bytes), ("length_bytes", lay.length_bytes)):
+        if width not in WIRE_INTS:
+            raise ValueError(f"hardware.constants.{name} = {width}: the executor sends ids "
+                             f"and bag lengths as 4- or 8-byte integers")
+    if lay.id_bytes == 4:
+        big = [t.name for t in lay.tables if t.rows > np.iinfo(np.int32).max]
+        if big:
+            raise ValueError(f"hardware.constants.id_bytes = 4 cannot address the rows of "
+                             f"table '{big[0]}'")

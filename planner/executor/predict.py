@@ -8,6 +8,9 @@ from cost_models import Tier, hit_rate, piece_memory, piece_traffic
 from planner.plan_model import Plan
 from planner.problem import build_problem
 
+# The byte counts compared per rank, per step.
+COLLECTIVES = ("input_lengths", "input_ids", "output_fwd", "output_bwd", "allreduce")
+
 
 @dataclass
 class PiecePrediction:
@@ -16,7 +19,9 @@ class PiecePrediction:
     kind: str
     tier: str
     rank: int
-    ids_bytes: float
+    ids_bytes: float  # id bytes received from other ranks (an expectation for row splits)
+    lengths_bytes: float  # bag-length bytes received from other ranks
+    ids_total: float  # ids the piece serves per step, from every rank (its own included)
     out_fwd_bytes: float
     out_bwd_bytes: float
     hit_rate: float | None  # cached tiers only
@@ -34,8 +39,7 @@ def predict(plan: Plan) -> tuple[list[RankPrediction], list[PiecePrediction]]:
     problem = build_problem(plan.request)
     hw, model = problem.hw, problem.model
     by_name = {t.name: t for t in problem.tables}
-    ranks = [RankPrediction(r, {"input_a2a_ids": 0.0, "output_fwd": 0.0, "output_bwd": 0.0,
-                                "allreduce": 0.0}, {"hbm": 0, "ddr": 0, "ssd": 0})
+    ranks = [RankPrediction(r, dict.fromkeys(COLLECTIVES, 0.0), {"hbm": 0, "ddr": 0, "ssd": 0})
              for r in range(hw.world_size)]
     pieces = []
     for ti, tp in enumerate(plan.tables):
@@ -45,10 +49,11 @@ def predict(plan: Plan) -> tuple[list[RankPrediction], list[PiecePrediction]]:
             tr = piece_traffic(geom, tp.sharding_type, tp.tier, ratio, p.row_count, p.col_count,
                                hw, model)
             rp = ranks[p.rank]
-            ids = tr.ids_intra + tr.ids_inter
+            ids = tr.ids_intra + tr.ids_inter - tr.lengths
             fwd = tr.out_fwd_intra + tr.out_fwd_inter
             bwd = tr.out_bwd_intra + tr.out_bwd_inter
-            rp.bytes["input_a2a_ids"] += ids
+            rp.bytes["input_lengths"] += tr.lengths
+            rp.bytes["input_ids"] += ids
             rp.bytes["output_fwd"] += fwd
             rp.bytes["output_bwd"] += bwd
             rp.bytes["allreduce"] += tr.allreduce
@@ -59,7 +64,8 @@ def predict(plan: Plan) -> tuple[list[RankPrediction], list[PiecePrediction]]:
             cached = tp.tier in (Tier.HBM_CACHE, Tier.SSD)
             pieces.append(PiecePrediction(
                 key=f"{ti}.{j}", table=tp.name, kind=tp.sharding_type.value, tier=tp.tier.value,
-                rank=p.rank, ids_bytes=ids, out_fwd_bytes=fwd, out_bwd_bytes=bwd,
+                rank=p.rank, ids_bytes=ids, lengths_bytes=tr.lengths,
+                ids_total=tr.lookups, out_fwd_bytes=fwd, out_bwd_bytes=bwd,
                 hit_rate=hit_rate(geom, tp.tier, ratio, p.row_count) if cached else None))
     for g in plan.gpus:
         c = g.cost

@@ -1,10 +1,10 @@
 """One rank of the executor: its pieces, and one training step over torch.distributed.
 
 A step, per DESIGN.md:
-1. input all-to-all: every rank sends, for each piece, its samples' bag lengths (int32) and the
-   ids that piece serves (int64): all ids for table-/column-wise pieces, the ids in the
-   piece's row range for row-split pieces. Sizes depend on the ids, so a size exchange
-   (8 bytes per rank pair) goes first.
+1. input all-to-all: every rank sends, for each piece, its samples' bag lengths (int32 by
+   default) and the ids that piece serves (int64 by default): all ids for table-/column-wise
+   pieces, the ids in the piece's row range for row-split pieces. The lengths go first, in an
+   all-to-all whose sizes the layout fixes; the ids' sizes follow from the lengths.
 2. lookup and sum pooling of every piece over the global batch B = b*W.
 3. output all-to-all (forward): table-/column-/row-wise pieces send each owner its b vectors
    (row-wise: partial sums, summed by the owner in row order). Table-row-wise and grid pieces
@@ -28,7 +28,7 @@ from cost_models.types import CommPrecision
 from planner.executor import kernels, quant, synthetic
 from planner.executor.comm import Comm, Timer
 from planner.executor.job import RunOptions
-from planner.executor.layout import Chunk, ExecLayout, Piece, TableExec
+from planner.executor.layout import WIRE_INTS, Chunk, ExecLayout, Piece, TableExec
 from planner.executor.store import DenseStore, RowStore, make_store, torch_dtype
 
 
@@ -74,6 +74,7 @@ def stage_items(lay: ExecLayout) -> tuple[list[Item], list[Item]]:
 class PieceStats:
     ids_bytes: int = 0  # id bytes received from other ranks (input all-to-all)
     lengths_bytes: int = 0  # bag-length bytes received from other ranks
+    own_ids: int = 0  # ids this rank's own samples sent its piece (no wire)
     out_fwd_bytes: int = 0  # vectors sent (forward output all-to-all, both stages)
     out_bwd_bytes: int = 0  # gradient vectors received (backward, both stages)
 
@@ -183,8 +184,13 @@ class RankExecutor:
 
     def _input_a2a(self, batches: dict[int, tuple[np.ndarray, np.ndarray]]
                    ) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+        """Two all-to-alls, as TorchRec's sparse-feature dist: first every piece's bag lengths
+        (b per sending rank: sizes every rank knows from the layout), then the ids, whose
+        sizes the receiver reads off the lengths it got."""
         lay, me, b = self.lay, self.rank, self.b
-        out: list[list[np.ndarray]] = [[] for _ in range(lay.world)]
+        len_t, id_t = WIRE_INTS[lay.length_bytes], WIRE_INTS[lay.id_bytes]
+        out_len: list[list[np.ndarray]] = [[] for _ in range(lay.world)]
+        out_ids: list[list[np.ndarray]] = [[] for _ in range(lay.world)]
         mine: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         sample_of = {ti: np.repeat(np.arange(b), lengths) for ti, (lengths, _) in
                      batches.items()}
@@ -197,30 +203,45 @@ class RankExecutor:
                 ids = ids[keep]
             if p.rank == me:
                 mine[p.key] = (lengths, ids)
+                self.stats[p.key].own_ids += int(ids.size)
             else:
-                out[p.rank] += [lengths.astype(np.int32).view(np.uint8),
-                                ids.astype(np.int64).view(np.uint8)]
-        send = [torch.from_numpy(np.concatenate(o)) if o else None for o in out]
-        sizes = self.comm.exchange_sizes("input_splits", [
-            0 if s is None else int(s.numel()) for s in send])
-        got = self.comm.alltoall("input_a2a", send, sizes)
+                out_len[p.rank].append(lengths.astype(len_t).view(np.uint8))
+                out_ids[p.rank].append(ids.astype(id_t).view(np.uint8))
+
+        def tensors(bufs: list[list[np.ndarray]]) -> list[torch.Tensor | None]:
+            return [torch.from_numpy(np.concatenate(o)) if o else None for o in bufs]
+
+        lb = lay.length_bytes * b
+        got_len = self.comm.alltoall("input_lengths", tensors(out_len),
+                                     [lb * len(self.pieces)] * lay.world)
+        received: list[list[np.ndarray]] = [[] for _ in range(lay.world)]
+        id_sizes = [0] * lay.world
+        for src in range(lay.world):
+            if src == me:
+                continue
+            buf = got_len[src]
+            assert buf is not None or not self.pieces
+            raw = np.zeros(0, np.uint8) if buf is None else buf.cpu().numpy()
+            for i, p in enumerate(self.pieces):
+                lengths = raw[i * lb:(i + 1) * lb].view(len_t).astype(np.int64)
+                received[src].append(lengths)
+                id_sizes[src] += lay.id_bytes * int(lengths.sum())
+                self.stats[p.key].lengths_bytes += lb
+        got_ids = self.comm.alltoall("input_ids", tensors(out_ids), id_sizes)
         parts: dict[str, list[tuple[np.ndarray, np.ndarray]]] = defaultdict(list)
         for src in range(lay.world):
-            buf = None if got[src] is None else got[src].cpu().numpy()
+            buf = None if got_ids[src] is None else got_ids[src].cpu().numpy()
             at = 0
-            for p in self.pieces:
+            for i, p in enumerate(self.pieces):
                 if src == me:
                     parts[p.key].append(mine[p.key])
                     continue
-                assert buf is not None
-                lengths = buf[at:at + 4 * b].view(np.int32).astype(np.int64)
-                at += 4 * b
-                n = int(lengths.sum())
-                ids = buf[at:at + 8 * n].copy().view(np.int64)
-                at += 8 * n
-                st = self.stats[p.key]
-                st.lengths_bytes += 4 * b
-                st.ids_bytes += 8 * n
+                lengths = received[src][i]
+                nbytes = lay.id_bytes * int(lengths.sum())
+                ids = np.zeros(0, np.int64) if nbytes == 0 else \
+                    buf[at:at + nbytes].copy().view(id_t).astype(np.int64)
+                at += nbytes
+                self.stats[p.key].ids_bytes += nbytes
                 parts[p.key].append((lengths, ids))
         dev = self.device
         return {k: (torch.from_numpy(np.concatenate([x[0] for x in v])).to(dev),

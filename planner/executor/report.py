@@ -23,12 +23,14 @@ def render(rep: ExecutionReport, out: Console) -> None:
               f"per rank, {rep.steps} measured steps, rows x {rep.scale_rows:g}")
     t = Table(title="bytes per step (measured / predicted)")
     t.add_column("rank", justify="right")
-    for name in ("input ids recv", "output fwd sent", "output bwd recv", "all-reduce sent"):
+    for name in ("input lengths recv", "input ids recv", "output fwd sent", "output bwd recv",
+                 "all-reduce sent"):
         t.add_column(name, justify="right")
     for r in rep.ranks:
         b = r["bytes"]
         t.add_row(str(r["rank"]), *[f"{_b(b[k]['measured'])} / {_b(b[k]['predicted'])}" for k in
-                                    ("input_a2a_ids", "output_fwd", "output_bwd", "allreduce")])
+                                    ("input_lengths", "input_ids", "output_fwd",
+                                     "output_bwd", "allreduce")])
     out.print(t)
     t = Table(title="seconds per step (measured here / predicted for the plan's hardware)")
     t.add_column("rank", justify="right")
@@ -62,10 +64,6 @@ def render(rep: ExecutionReport, out: Console) -> None:
             t.add_row(p["table"], p["key"], str(p["rank"]), p["tier"],
                       f"{meas} / {h['predicted']:.4f}")
         out.print(t)
-    nm = rep.not_modeled
-    out.print(f"sent but not in the cost model, per step: bag lengths "
-              f"{_b(nm.get('input_lengths_bytes_per_step', 0))} bytes, split sizes "
-              f"{_b(nm.get('input_splits_bytes_per_step', 0))} bytes")
     t = Table(title="checks")
     t.add_column("")
     t.add_column("check")

@@ -11,7 +11,7 @@ from cost_models import ShardingType, UniformAccess, ZipfAccess
 from cost_models.types import CommPrecision
 from planner.executor.job import RunOptions, tensors_file, write_job
 from planner.executor.launch import launch
-from planner.executor.layout import ExecLayout, exec_layout
+from planner.executor.layout import ExecLayout, check_wire_widths, exec_layout
 from planner.executor.predict import predict
 from planner.executor.scale import scaled_plan
 from planner.plan_model import Plan
@@ -53,7 +53,6 @@ class ExecutionReport:
     ranks: list[dict[str, Any]] = field(default_factory=list)
     pieces: list[dict[str, Any]] = field(default_factory=list)
     checks: list[Check] = field(default_factory=list)
-    not_modeled: dict[str, float] = field(default_factory=dict)
     errors: dict[str, dict[str, float]] = field(default_factory=dict)
 
     @property
@@ -84,8 +83,10 @@ def prepare(plan: Plan, opts: RunOptions, run_dir: Path, scale_rows: float = 1.0
     run = scaled_plan(plan, scale_rows, batch)
     opts = RunOptions(**{**asdict(opts), "scale_rows": scale_rows,
                          "keep_outputs": opts.keep_outputs and reference})
+    lay = exec_layout(run)
+    check_wire_widths(lay)
     write_job(run_dir, run, opts)
-    return exec_layout(run).world
+    return lay.world
 
 
 def collect(run_dir: Path) -> ExecutionReport:
@@ -112,17 +113,16 @@ def _close(a: float, b: float) -> bool:
 def _compare_model(rep: ExecutionReport, run: Plan, lay: ExecLayout,
                    measured: list[dict[str, Any]]) -> None:
     ranks_pred, pieces_pred = predict(run)
-    fwd_bad, bwd_bad, ar_rank_bad, mem_bad = [], [], [], []
+    len_bad, fwd_bad, bwd_bad, ar_rank_bad, mem_bad = [], [], [], [], []
     ar_meas = ar_pred = 0.0
-    lengths = splits = 0.0
     for m, p in zip(measured, ranks_pred, strict=True):
         col = m["collectives"]
         get = lambda name, side, c=col: c.get(name, {}).get(side, 0.0)  # noqa: E731
-        ids = sum(x["ids_bytes"] for x in m["pieces"].values())
-        meas = {"input_a2a_ids": ids, "output_fwd": get("output_fwd", "sent"),
+        meas = {"input_lengths": get("input_lengths", "recv"),
+                "input_ids": get("input_ids", "recv"), "output_fwd": get("output_fwd", "sent"),
                 "output_bwd": get("output_bwd", "recv"), "allreduce": get("allreduce", "sent")}
-        lengths += sum(x["lengths_bytes"] for x in m["pieces"].values())
-        splits += get("input_splits", "sent")
+        if not _close(meas["input_lengths"], p.bytes["input_lengths"]):
+            len_bad.append(m["rank"])
         if not _close(meas["output_fwd"], p.bytes["output_fwd"]):
             fwd_bad.append(m["rank"])
         if not _close(meas["output_bwd"], p.bytes["output_bwd"]):
@@ -142,8 +142,8 @@ def _compare_model(rep: ExecutionReport, run: Plan, lay: ExecLayout,
             "memory": {k: {"measured": mem[k], "predicted": p.memory[k]} for k in mem},
             "executor_extra_ddr": m["memory"]["extra_ddr"],
         })
-    rep.not_modeled = {"input_lengths_bytes_per_step": lengths,
-                       "input_splits_bytes_per_step": splits}
+    rep.checks.append(Check("bytes: input all-to-all, bag lengths, per rank", not len_bad,
+                            f"differ on ranks {len_bad}" if len_bad else "equal on every rank"))
     rep.checks.append(Check("bytes: output all-to-all forward, per rank", not fwd_bad,
                             f"differ on ranks {fwd_bad}" if fwd_bad else "equal on every rank"))
     rep.checks.append(Check("bytes: output all-to-all backward, per rank", not bwd_bad,
@@ -163,45 +163,68 @@ def _compare_model(rep: ExecutionReport, run: Plan, lay: ExecLayout,
 def _compare_pieces(rep: ExecutionReport, lay: ExecLayout, measured: list[dict[str, Any]],
                     pieces_pred: list[Any]) -> None:
     by_rank = {m["rank"]: m for m in measured}
-    exact_bad, stat_bad, hit_bad, hits, rounded = [], [], [], [], []
+    exact_bad, stat_bad, sum_bad, hit_bad, hits, rounded = [], [], [], [], [], []
+    band_meas: dict[tuple[int, int], float] = {}
+    band_pred: dict[tuple[int, int], float] = {}
     for pp in pieces_pred:
-        t = lay.tables[int(pp.key.split(".")[0])]
+        ti = int(pp.key.split(".")[0])
+        t = lay.tables[ti]
         if t.data_parallel:
             continue
         m = by_rank[pp.rank]
-        got = m["pieces"].get(pp.key, {}).get("ids_bytes", 0.0)
+        got_piece = m["pieces"].get(pp.key, {})
+        got = got_piece.get("ids_bytes", 0.0)
         cache = m["cache"].get(pp.key)
         measured_hit = cache["hits"] / cache["lookups"] if cache and cache["lookups"] else None
         entry = {"key": pp.key, "table": pp.table, "kind": pp.kind, "tier": pp.tier,
                  "rank": pp.rank, "ids_bytes": {"measured": got, "predicted": pp.ids_bytes},
+                 "lengths_bytes": {"measured": got_piece.get("lengths_bytes", 0.0),
+                                   "predicted": pp.lengths_bytes},
                  "hit_rate": {"measured": measured_hit, "predicted": pp.hit_rate}}
         rep.pieces.append(entry)
+        # Each rank draws round(b * pooling) ids per table: the model's b * pooling when that
+        # is a whole number, which is what the comparisons ask.
+        whole = round(lay.batch * t.pooling)
+        drawn = whole / (lay.batch * t.pooling)
+        if whole != lay.batch * t.pooling:
+            rounded.append(t.name)
         if t.row_split:
-            n = pp.ids_bytes / 8
-            share = next(p.rows for p in t.pieces if f"{p.table}.{p.index}" == pp.key) / t.rows
+            # Which ids fall in a row range depends on the ids drawn: per piece, the model's
+            # figure is an expectation. Over a column band the pieces' ids add up to all ids
+            # drawn, exactly, on the wire or not.
+            piece = t.pieces[int(pp.key.split(".")[1])]
+            band = (ti, piece.col0)
+            band_meas[band] = band_meas.get(band, 0.0) + got / lay.id_bytes + got_piece.get(
+                "own_ids", 0.0)
+            band_pred[band] = band_pred.get(band, 0.0) + pp.ids_total * drawn
+            n = pp.ids_bytes / lay.id_bytes
+            share = piece.rows / t.rows
             # Per step, ids landing in the range ~ binomial(total ids, share); averaged.
             sd = math.sqrt(max(n * (1 - share), 1.0) / rep.steps)
-            if isinstance(t.access, UniformAccess) and abs(got / 8 - n) > ID_SIGMAS * sd:
-                stat_bad.append(f"{pp.key} ({got / 8:.1f} ids vs {n:.1f})")
-        else:
-            # Each rank draws round(b * pooling) ids per table: the model's b * pooling when
-            # that is a whole number, which is what the comparison asks.
-            whole = round(lay.batch * t.pooling)
-            expect = pp.ids_bytes * whole / (lay.batch * t.pooling)
-            if not _close(got, expect):
-                exact_bad.append(pp.key)
-            if whole != lay.batch * t.pooling:
-                rounded.append(t.name)
+            if isinstance(t.access, UniformAccess) and abs(got / lay.id_bytes - n) > \
+                    ID_SIGMAS * sd:
+                stat_bad.append(f"{pp.key} ({got / lay.id_bytes:.1f} ids vs {n:.1f})")
+        elif not _close(got, pp.ids_bytes * drawn):
+            exact_bad.append(pp.key)
         if pp.hit_rate is not None and measured_hit is not None:
             hits.append(f"{pp.table}[{pp.key}] {measured_hit:.4f} vs {pp.hit_rate:.4f}")
             if isinstance(t.access, ZipfAccess) and abs(measured_hit - pp.hit_rate) > \
                     HIT_RATE_POINTS:
                 hit_bad.append(pp.key)
+    for band, pred in band_pred.items():
+        if not _close(band_meas[band], pred):
+            sum_bad.append(f"{lay.tables[band[0]].name} cols {band[1]}+ "
+                           f"({band_meas[band]:.1f} ids vs {pred:.1f})")
     note = (f"; b x pooling is fractional for {sorted(set(rounded))}: compared with "
             f"round(b x pooling) ids per rank" if rounded else "")
-    rep.checks.append(Check("bytes: input ids of table-/column-wise pieces, per piece",
-                            not exact_bad,
+    rep.checks.append(Check("bytes: input all-to-all, ids of table-/column-wise pieces, per "
+                            "piece", not exact_bad,
                             (f"differ: {exact_bad}" if exact_bad else "equal") + note))
+    rep.checks.append(Check(
+        "ids: every id of a row-split table served by exactly one piece per column band",
+        not sum_bad, "; ".join(sum_bad) or (
+            f"equal to the model's b x W x pooling for {len(band_pred)} bands" if band_pred
+            else "no row-split tables")))
     rep.checks.append(Check(
         "bytes: input ids of row-split pieces (an expectation), uniform tables",
         not stat_bad, "; ".join(stat_bad) or f"within {ID_SIGMAS:g} standard deviations"))

@@ -102,6 +102,7 @@ def _measurements(ex: "object", steps: int, device: "object") -> dict:
         "collectives": {k: {"sent": c.sent * per, "recv": c.recv * per}
                         for k, c in ex.comm.counts.items()},
         "pieces": {k: {"ids_bytes": s.ids_bytes * per, "lengths_bytes": s.lengths_bytes * per,
+                       "own_ids": s.own_ids * per,
                        "out_fwd_bytes": s.out_fwd_bytes * per,
                        "out_bwd_bytes": s.out_bwd_bytes * per}
                    for k, s in ex.stats.items()},

@@ -67,6 +67,9 @@ class ConstantsSpec(StrictModel):
         _DEFAULT_CONSTANTS.ssd_read_granularity_bytes
     )
     id_bytes: Annotated[int, Field(strict=True, ge=1, le=16)] = _DEFAULT_CONSTANTS.id_bytes
+    length_bytes: Annotated[int, Field(strict=True, ge=0, le=8)] = (
+        _DEFAULT_CONSTANTS.length_bytes
+    )
     cache_metadata_bytes_per_row: Annotated[int, Field(strict=True, ge=0, le=1024)] = (
         _DEFAULT_CONSTANTS.cache_metadata_bytes_per_row
     )

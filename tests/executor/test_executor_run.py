@@ -40,20 +40,35 @@ def test_fp32_outputs_and_weights_equal_the_reference_bit_for_bit(fp32_run):
 
 def test_bytes_per_collective_equal_the_cost_model(fp32_run):
     rep, _ = fp32_run
-    for name in ("bytes: output all-to-all forward", "bytes: output all-to-all backward",
-                 "bytes: data-parallel all-reduce", "bytes: input ids of table-",
+    for name in ("bytes: input all-to-all, bag lengths", "bytes: output all-to-all forward",
+                 "bytes: output all-to-all backward", "bytes: data-parallel all-reduce",
+                 "bytes: input all-to-all, ids of table-", "ids: every id of a row-split",
                  "bytes: input ids of row-split", "memory held"):
         c = _check(rep, name)
         assert c.ok, (name, c.detail)
     for r in rep.ranks:
-        for k in ("output_fwd", "output_bwd", "allreduce"):
+        for k in ("input_lengths", "output_fwd", "output_bwd", "allreduce"):
             assert r["bytes"][k]["measured"] == r["bytes"][k]["predicted"], (r["rank"], k)
+        # What the collectives carried, counted by the collective, is what the ranks report.
+        assert r["collectives"]["input_lengths"]["recv"] == r["bytes"]["input_lengths"][
+            "measured"]
     # Sums per collective are non-trivial: something really crossed the wire.
     assert sum(r["bytes"]["output_fwd"]["measured"] for r in rep.ranks) > 0
     assert sum(r["bytes"]["allreduce"]["measured"] for r in rep.ranks) > 0
-    # Table-wise piece ids: owner gets (W-1) ranks x b samples x pooling ids of 8 bytes.
+    # Table-wise piece: (W-1) ranks x b samples x pooling ids of 8 bytes, and b int32 lengths
+    # from each of them.
     tw = next(p for p in rep.pieces if p["table"] == "tw_hbm")
-    assert tw["ids_bytes"]["measured"] == 3 * 64 * 3 * 8
+    assert tw["ids_bytes"]["measured"] == tw["ids_bytes"]["predicted"] == 3 * 64 * 3 * 8
+    assert tw["lengths_bytes"]["measured"] == tw["lengths_bytes"]["predicted"] == 3 * 64 * 4
+    # A row-wise piece gets a length for every sample, even those with no id in its rows.
+    rw = [p for p in rep.pieces if p["kind"] == "row_wise"]
+    assert rw and all(p["lengths_bytes"]["measured"] == 3 * 64 * 4 for p in rw)
+    # Every rank's input-id bytes: exact on ranks holding no row-split piece.
+    ranks_rs = {p["rank"] for p in rep.pieces if p["kind"] in ("row_wise", "table_row_wise",
+                                                              "grid")}
+    for r in rep.ranks:
+        if r["rank"] not in ranks_rs:
+            assert r["bytes"]["input_ids"]["measured"] == r["bytes"]["input_ids"]["predicted"]
 
 
 def test_zipf_cache_hit_rate_within_two_points(fp32_run):
@@ -123,3 +138,34 @@ def test_cli_prepares_a_torchrun_job_and_collects_a_finished_run(fp32_run, tmp_p
     assert "torchrun" in got.stdout and (job_dir / "job.json").is_file()
     got = runner.invoke(app, ["execute", str(tmp_path / "missing.json")])
     assert got.exit_code == 2
+
+
+def test_byte_checks_catch_a_lost_id_and_a_lost_length(fp32_run):
+    """The byte checks read what the ranks measured: one id a rank did not deliver to a
+    row-split piece, or one bag length short, must fail them."""
+    import json
+
+    from planner.executor.job import read_job, result_file
+    from planner.executor.layout import exec_layout
+    from planner.executor.run import ExecutionReport, _compare_model
+
+    rep, run_dir = fp32_run
+    run, _ = read_job(run_dir)
+    lay = exec_layout(run)
+    measured = [json.loads(result_file(run_dir, r).read_text()) for r in range(rep.world)]
+    rw = next(p for p in rep.pieces if p["kind"] == "row_wise")
+    piece = measured[rw["rank"]]["pieces"][rw["key"]]
+    piece["own_ids"] -= 1 / rep.steps  # one id, in one of the measured steps
+
+    def checks(ms):
+        out = ExecutionReport(rep.plan_hash, rep.world, rep.batch, rep.steps, 1.0, "cpu")
+        _compare_model(out, run, lay, ms)
+        return {c.name: c.ok for c in out.checks}
+
+    got = checks(measured)
+    assert not got["ids: every id of a row-split table served by exactly one piece per "
+                   "column band"]
+    piece["own_ids"] += 1 / rep.steps
+    assert all(checks(measured).values())
+    measured[0]["collectives"]["input_lengths"]["recv"] -= 4 / rep.steps
+    assert not checks(measured)["bytes: input all-to-all, bag lengths, per rank"]
