@@ -44,10 +44,8 @@ class CostBreakdown:
 def traffic_cost(t: PieceTraffic, hw: HardwareProfile) -> CostBreakdown:
     """Divide each byte count by the effective bandwidth of the link or memory it uses.
 
-    The data-parallel all-reduce is a flat ring, so it runs at the slowest link of the ring:
-    the NIC once there is more than one host, NVLink inside one host.
+    The data-parallel all-reduce runs at the ring's bus bandwidth (hardware.eff_allreduce_bw).
     """
-    ring_bw = hw.eff_nic_bw if hw.hosts > 1 else hw.eff_nvlink_bw
     return CostBreakdown(
         lookup=t.hbm_fwd / hw.eff_hbm_bw + hw.constants.piece_overhead_s,
         backward=t.hbm_bwd / hw.eff_hbm_bw,
@@ -55,7 +53,7 @@ def traffic_cost(t: PieceTraffic, hw: HardwareProfile) -> CostBreakdown:
         input_a2a=t.ids_intra / hw.eff_nvlink_bw + t.ids_inter / hw.eff_nic_bw,
         output_a2a=(t.out_fwd_intra + t.out_bwd_intra) / hw.eff_nvlink_bw
         + (t.out_fwd_inter + t.out_bwd_inter) / hw.eff_nic_bw,
-        allreduce=t.allreduce / ring_bw,
+        allreduce=t.allreduce / hw.eff_allreduce_bw,
     )
 
 

@@ -30,8 +30,11 @@ class CostConstants:
         piece, how many of the sample's ids follow (int32, as TorchRec's KJT lengths).
     cache_metadata_bytes_per_row: per cache slot, FBGEMM's LXU cache keeps the cached row's
         index (int64) and its LRU/LFU stamp (int64): 16 bytes.
-    piece_overhead_s: fixed per-piece cost per step (kernel bookkeeping, forward and backward),
-        a few microseconds in FBGEMM's fused kernels.
+    piece_overhead_s: fixed per-piece cost per step (bookkeeping, forward and backward). FBGEMM
+        runs all of a GPU's tables of one kernel group in one fused launch each way (TorchRec
+        batches replicas too), so what a piece adds on its own is its share of the launch's
+        setup and offsets: well under a microsecond. Not calibrated on a GPU yet; it also keeps
+        the planner from splitting a table for nothing.
     """
 
     hbm_efficiency: float = 0.55
@@ -44,7 +47,7 @@ class CostConstants:
     id_bytes: int = 8
     length_bytes: int = 4
     cache_metadata_bytes_per_row: int = 16
-    piece_overhead_s: float = 5e-6
+    piece_overhead_s: float = 5e-7
 
 
 @dataclass(frozen=True)
@@ -111,3 +114,17 @@ class HardwareProfile:
     @property
     def eff_nic_bw(self) -> float:
         return self.nic_bw * self.constants.nic_efficiency
+
+    @property
+    def eff_allreduce_bw(self) -> float:
+        """Bus bandwidth of a ring all-reduce (each GPU sends 2(W-1)/W of the buffer).
+
+        Inside one host the ring runs over NVLink. Across hosts NCCL runs one ring per channel,
+        each leaving a host through a different GPU's NIC: of what a GPU sends, 1/G crosses
+        its NIC and (G-1)/G goes over NVLink, so the slower of the two sets the pace (about
+        G NICs' worth for a host of G GPUs, as nccl-tests' multi-node bus bandwidth shows).
+        """
+        if self.hosts == 1:
+            return self.eff_nvlink_bw
+        g = self.gpus_per_host
+        return 1.0 / max(1.0 / (g * self.eff_nic_bw), (g - 1) / (g * self.eff_nvlink_bw))

@@ -605,12 +605,14 @@ def test_traffic_cost_each_term():
     assert c.input_a2a == pytest.approx(2e-3, rel=REL)
     # output = (400e6 + 200e6) / 200e9 + (40e6 + 20e6) / 20e9 = 3e-3 + 3e-3 = 6e-3
     assert c.output_a2a == pytest.approx(6e-3, rel=REL)
-    # all-reduce over 2 hosts runs at the NIC: 100e6 / 20e9 = 5e-3
-    assert c.allreduce == pytest.approx(5e-3, rel=REL)
-    # compute = 2.1e-3 + 4e-3 + 0.11 = 0.1161; comm = 2e-3 + 6e-3 + 5e-3 = 0.013
+    # all-reduce over 2 hosts of 4 GPUs, one ring per channel: 1/4 of a GPU's bytes cross its
+    # NIC (20 GB/s), 3/4 go over NVLink (200 GB/s): bus bandwidth
+    # 1 / max(1 / (4 * 20e9), 3 / (4 * 200e9)) = 80e9, so 100e6 / 80e9 = 1.25e-3
+    assert c.allreduce == pytest.approx(1.25e-3, rel=REL)
+    # compute = 2.1e-3 + 4e-3 + 0.11 = 0.1161; comm = 2e-3 + 6e-3 + 1.25e-3 = 9.25e-3
     assert c.compute == pytest.approx(0.1161, rel=REL)
-    assert c.comm == pytest.approx(0.013, rel=REL)
-    assert c.total(pipelined=False) == pytest.approx(0.1291, rel=REL)
+    assert c.comm == pytest.approx(9.25e-3, rel=REL)
+    assert c.total(pipelined=False) == pytest.approx(0.12535, rel=REL)
     assert c.total(pipelined=True) == pytest.approx(0.1161, rel=REL)
 
 
@@ -618,6 +620,16 @@ def test_traffic_cost_ddr_bound_host_reads():
     # host reads at min(25, 80 * 0.5 / 4 = 10) GB/s: 250e6 / 10e9 = 0.025 s
     c = traffic_cost(_bytes(host=250e6), make_hw(ddr_bw=80 * GB))
     assert c.cache_miss == pytest.approx(0.025, rel=REL)
+
+
+def test_allreduce_bus_bandwidth_is_nvlink_bound_with_fast_nics():
+    # 2 hosts of 4 GPUs with 200 GB/s NICs (100 effective): 4 NICs carry 400 GB/s, but 3/4
+    # of every GPU's bytes go over its 200 GB/s NVLink: 1 / max(1 / 400e9, 3 / 800e9)
+    # = 800e9 / 3
+    hw = make_hw()
+    fast = HardwareProfile(**{**hw.__dict__, "nic_bw": 200 * GB})
+    assert fast.eff_allreduce_bw == pytest.approx(800e9 / 3, rel=REL)
+    assert make_hw(hosts=1).eff_allreduce_bw == pytest.approx(200e9, rel=REL)
 
 
 def test_traffic_cost_allreduce_single_host_uses_nvlink():
