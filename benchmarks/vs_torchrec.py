@@ -9,6 +9,11 @@ one run on one machine:
   plan exported (`planner.interop.to_torchrec`) and scored by TorchRec's own shard
   estimators (EmbeddingPerfEstimator + EmbeddingStorageEstimator, rated as its
   NoopPerfModel rates a plan: the slowest rank's summed Perf.total).
+- for each case where TorchRec's planner returned a plan, a lower bound on the step time of
+  any plan under TorchRec's estimators (`benchmarks/torchrec_bound.py` says why it holds),
+  and best_possible_ratio = bound / TorchRec's plan under them: no plan, ours included,
+  can have a smaller ratio under TorchRec's estimators. It runs in the case's process after
+  both planners, and its time is reported on its own, in neither planning time.
 TorchRec gets our bandwidths and capacities (planner/interop/torchrec_model.py says how each
 maps to its Topology); its proposers, partitioner and constants are its defaults. Each case
 runs in a subprocess; TorchRec's planner gets CASE_TIMEOUT_S seconds (then an alarm stops
@@ -50,6 +55,7 @@ CASE_TIMEOUT_S = 180  # TorchRec's planner, per case (SIGALRM in the case's proc
 CASE_PROCESS_LIMIT_S = 600
 TARGET_SPEEDUP = 50.0  # at 200 tables on 16 GPUs
 TARGET_MULTIHOST_GAIN = 0.10
+AT_BOUND_TOLERANCE = 0.005  # TorchRec's plan within 0.5% of the bound counts as at the bound
 
 
 def _fixtures() -> list[str]:
@@ -172,6 +178,39 @@ def run_case(fixture: str, hosts: int, out: Path, solver: str = "auto") -> None:
                torchrec_under_ours_status=scored.summary.status,
                torchrec_under_ours_problems=scored.summary.warnings[:3])
     save()
+    _bound(problem, row, score.step_ms, save)
+
+
+def _bound(problem: Any, row: dict[str, Any], torchrec_ms: float, save: Any) -> None:
+    """The lower bound under TorchRec's estimators, timed apart from both planners."""
+    from benchmarks.torchrec_bound import torchrec_lower_bound
+
+    row["torchrec_model_bound_status"] = "running"  # left so if the case process is killed
+    save()
+    t0 = time.perf_counter()
+    try:
+        b = torchrec_lower_bound(problem)
+    except Exception as err:
+        row.update(torchrec_model_bound_status="failed",
+                   torchrec_model_bound_error=f"{type(err).__name__}: {str(err)[:300]}",
+                   torchrec_model_bound_time_s=time.perf_counter() - t0)
+        save()
+        return
+    row.update(torchrec_model_bound_status="ok", torchrec_model_bound_ms=b.bound_ms,
+               torchrec_model_work_bound_ms=b.work_bound_ms,
+               torchrec_model_piece_bound_ms=b.piece_bound_ms,
+               torchrec_model_bound_how=b.how,
+               torchrec_model_bound_time_s=time.perf_counter() - t0,
+               best_possible_ratio=_ratio(b.bound_ms, torchrec_ms))
+    # A scored plan below the bound would mean a plan outside the bound's options (or over
+    # TorchRec's HBM cap): say so rather than report a wrong bound silently.
+    below = [who for who, ms in (("ours", row.get("ours_under_torchrec_ms")),
+                                 ("TorchRec's", torchrec_ms))
+             if isinstance(ms, int | float) and ms < b.bound_ms * (1 - 1e-9)]
+    if below:
+        row["torchrec_model_bound_warning"] = (f"{' and '.join(below)} plan scores below the "
+                                               f"bound: not covered by its options")
+    save()
 
 
 def _spawn(fixture: str, hosts: int, solver: str) -> dict[str, Any]:
@@ -203,6 +242,8 @@ def _spawn(fixture: str, hosts: int, solver: str) -> dict[str, Any]:
                                       f"after {wall:.0f} s of case time")
         else:
             row["ours_status"] = row.get("ours_status", "timed_out")
+        if row.get("torchrec_model_bound_status") == "running":
+            row["torchrec_model_bound_status"] = "timed_out"
     elif proc.returncode != 0:
         row["error"] = stderr.strip().splitlines()[-1][:300] if stderr.strip() else "failed"
     return row
@@ -232,6 +273,12 @@ def summarise(all_rows: list[dict[str, Any]]) -> dict[str, Any]:
     multi = [r for r in both if r["hosts"] > 1]
     med = (lambda xs: statistics.median(xs) if xs else None)  # noqa: E731
     key = [r for r in rows if r["fixture"] == "hugectr_200" and r["gpus"] == 16]
+    # Per case no plan's ratio under TorchRec's estimators is below best_possible_ratio, so
+    # over the same cases no median of achieved ratios is below the median of these.
+    best = [r["best_possible_ratio"] for r in both
+            if isinstance(r.get("best_possible_ratio"), int | float)]
+    best_multi = [r["best_possible_ratio"] for r in multi
+                  if isinstance(r.get("best_possible_ratio"), int | float)]
     return {
         "cases": len(rows), "compared": len(both),
         "median_ratio_under_ours": med([r["ratio_under_ours"] for r in both]),
@@ -239,6 +286,9 @@ def summarise(all_rows: list[dict[str, Any]]) -> dict[str, Any]:
         "median_ratio_under_torchrec_multihost": med([r["ratio_under_torchrec"]
                                                       for r in multi]),
         "median_ratio_under_ours_multihost": med([r["ratio_under_ours"] for r in multi]),
+        "median_best_possible_ratio": med(best), "bounded": len(best),
+        "median_best_possible_ratio_multihost": med(best_multi),
+        "bounded_multihost": len(best_multi), "compared_multihost": len(multi),
         "speedup_200_tables_16_gpus": key[0]["speedup"] if key else None,
         "median_speedup": med([r["speedup"] for r in rows if r["speedup"] is not None]),
         "supplement": [{k: r.get(k) for k in ("fixture", "gpus", "ours_solver_option",
@@ -263,8 +313,20 @@ def _loss_reasons(r: dict[str, Any]) -> list[str]:
         out.append(f"under TorchRec's estimators our plan is {r['ratio_under_torchrec'] - 1:.1%}"
                    f" slower; its slowest rank spends (ms by type/kernel) "
                    f"{r.get('ours_slowest_rank_mix_ms')} vs TorchRec's plan's slowest rank "
-                   f"{r.get('torchrec_slowest_rank_mix_ms')}")
+                   f"{r.get('torchrec_slowest_rank_mix_ms')}{_at_bound(r)}")
     return out
+
+
+def _at_bound(r: dict[str, Any]) -> str:
+    best = r.get("best_possible_ratio")
+    if not isinstance(best, int | float) or best <= 0:
+        return ""
+    above = 1 / best - 1  # TorchRec's plan over the bound
+    if above <= AT_BOUND_TOLERANCE:
+        return (f"; TorchRec's plan is at the lower bound under its estimators ({above:.2%} "
+                f"above it): no plan can beat it by more than that")
+    return (f"; TorchRec's plan is {above:.1%} above the lower bound under its estimators "
+            f"(best possible ratio {best:.3f})")
 
 
 def _status(r: dict[str, Any]) -> str:
@@ -311,12 +373,22 @@ def markdown(all_rows: list[dict[str, Any]], summary: dict[str, Any], meta: dict
         f"- median ratio under TorchRec's estimators: "
         f"{_fmt(summary['median_ratio_under_torchrec'], '.3f')}; multi-host cases "
         f"{_fmt(summary['median_ratio_under_torchrec_multihost'], '.3f')} (target <= "
-        f"{1 - TARGET_MULTIHOST_GAIN:.2f})", "",
+        f"{1 - TARGET_MULTIHOST_GAIN:.2f})",
+        f"- best possible ratio under TorchRec's estimators (a lower bound on any plan's step "
+        f"time there / TorchRec's plan; `benchmarks/torchrec_bound.py`), median over the "
+        f"compared multi-host cases: "
+        f"{_fmt(summary.get('median_best_possible_ratio_multihost'), '.3f')} "
+        f"({summary.get('bounded_multihost', 0)} of {summary.get('compared_multihost', '-')} "
+        f"bounded), over all compared cases "
+        f"{_fmt(summary.get('median_best_possible_ratio'), '.3f')} "
+        f"({summary.get('bounded', 0)} bounded): the target <= "
+        f"{1 - TARGET_MULTIHOST_GAIN:.2f} needs the first at or below it", "",
         "## Cases", "",
         "| fixture | GPUs | tables | ours plan s | TorchRec plan s | speedup | ours/ours-model ms "
         "| TorchRec/ours-model ms | ratio | ours/TorchRec-model ms | TorchRec/TorchRec-model ms "
-        "| ratio | export (exact/adjusted/inexpressible) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| ratio | bound, TorchRec-model ms | best possible ratio "
+        "| export (exact/adjusted/inexpressible) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         ms = lambda s: s * 1e3 if isinstance(s, int | float) else s  # noqa: E731
@@ -332,6 +404,8 @@ def markdown(all_rows: list[dict[str, Any]], summary: dict[str, Any], meta: dict
             f"| {_fmt(r.get('ours_under_torchrec_ms'), '.3f')} "
             f"| {_fmt(r.get('torchrec_under_torchrec_ms'), '.3f')} "
             f"| {_fmt(r.get('ratio_under_torchrec'), '.3f')} "
+            f"| {_fmt(r.get('torchrec_model_bound_ms'), '.3f')} "
+            f"| {_fmt(r.get('best_possible_ratio'), '.3f')} "
             f"| {exp.get('exact', '-')}/{exp.get('adjusted', '-')}/"
             f"{exp.get('inexpressible', '-')} |")
     if summary["supplement"]:
@@ -348,6 +422,14 @@ def markdown(all_rows: list[dict[str, Any]], summary: dict[str, Any], meta: dict
     for r in rows:
         for reason in _loss_reasons(r):
             lines.append(f"- {r['fixture']} on {r.get('gpus')} GPUs: {reason}")
+    bound_notes = [f"- {r['fixture']} on {r.get('gpus')} GPUs: "
+                   + (r.get("torchrec_model_bound_warning")
+                      or f"{r['torchrec_model_bound_status']} "
+                         f"{r.get('torchrec_model_bound_error', '')}".strip())
+                   for r in rows if r.get("torchrec_model_bound_warning")
+                   or r.get("torchrec_model_bound_status") not in (None, "ok")]
+    if bound_notes:
+        lines += ["", "## Lower bound not computed or not below every plan", "", *bound_notes]
     lines += ["", "## Cases not compared", ""]
     for r in rows:
         if r.get("ratio_under_ours") is None or r.get("ratio_under_torchrec") is None:
