@@ -15,9 +15,9 @@ The options. Per table, every option below, with shards and estimates from Torch
   equal blocks and table_column_wise into k equal blocks (k <= GPUs per host); row_wise and
   table_row_wise with TorchRec's ceil(rows / parts) row blocks; grid_shard with k equal
   column blocks (k <= hosts), each split as table_row_wise over one host; and data_parallel
-  (dense) where TorchRec did not enumerate it. k runs over powers of two >= 2 with equal
-  blocks, width a multiple of COLUMN_ALIGNMENT and >= the table's `min_column_shard_width`
-  or our DEFAULT_MIN_COLUMN_WIDTH (planner/candidates.py), k <= world size;
+  (dense) where TorchRec did not enumerate it. k is what planner.candidates.column_splits
+  gives: powers of two >= 2 with equal blocks, width a multiple of COLUMN_ALIGNMENT and >=
+  the table's `min_column_shard_width` or our DEFAULT_MIN_COLUMN_WIDTH, k <= world size;
 - caching kernels once with no cache params (TorchRec's default, what its plans carry) and
   once per load factor our plans carry: HBM_CACHE_RATIOS for fused_uvm_caching,
   SSD_CACHE_RATIOS for key_value, plus DEFAULT_CACHE_LOAD_FACTOR and 1.0 (what our import
@@ -65,10 +65,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from planner.candidates import (
-    COLUMN_ALIGNMENT,
     DEFAULT_MIN_COLUMN_WIDTH,
     HBM_CACHE_RATIOS,
     SSD_CACHE_RATIOS,
+    column_splits,
 )
 from planner.interop import TorchRecProblem
 from planner.interop.export import ceil_row_split
@@ -99,24 +99,14 @@ class BoundResult:
     tables: int
 
 
-def _column_blocks(dim: int, min_width: int, max_blocks: int) -> list[int]:
-    """Block counts k >= 2, powers of two, cutting `dim` into equal aligned blocks."""
-    ks, k = [], 2
-    while k <= max_blocks:
-        width = dim // k
-        if dim % k == 0 and width >= min_width and width % COLUMN_ALIGNMENT == 0:
-            ks.append(k)
-        k *= 2
-    return ks
-
-
 def _shapes(rows: int, dim: int, min_width: int, world: int, local: int
             ) -> list[tuple[str, list[tuple[int, int, int, int]]]]:
     """(sharding type, shards as (row offset, rows, col offset, cols)) for one table."""
     hosts = world // local
     out: list[tuple[str, list[tuple[int, int, int, int]]]] = [
         ("table_wise", [(0, rows, 0, dim)])]
-    for k in _column_blocks(dim, min_width, world):
+    # The same block counts our candidates use, so every exported column split is covered.
+    for k in column_splits(dim, min_width, world):
         w = dim // k
         out.append(("column_wise", [(0, rows, j * w, w) for j in range(k)]))
         if k <= local:

@@ -7,15 +7,15 @@ import sys
 import time
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from planner.check import check_plan
-from planner.cli_common import fail, load_json, read_input
-from planner.errors import BadInputError, PlannerError
+from planner.cli_common import fail, hardware_input, load_json, read_input
+from planner.errors import PlannerError
 from planner.plan_model import EvaluateInput, Plan, PlanLayout
 from planner.planning import evaluate, plan
 from planner.presets import DEFAULT_PRESET, fixture_names, preset_dict, preset_names
@@ -72,17 +72,7 @@ def plan_cmd(
         logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
     try:
         model_raw = load_json(read_input(model, "model"), "model")
-        hw: Any
-        if hardware is not None:
-            if preset is not None:
-                raise BadInputError("--preset", "give either --hardware or --preset, not both")
-            hw = load_json(read_input(str(hardware), "hardware"), "hardware")
-            if hosts is not None:
-                hw["hosts"] = hosts
-        else:
-            hw = {"preset": preset or DEFAULT_PRESET}
-            if hosts is not None:
-                hw["hosts"] = hosts
+        hw = hardware_input(hardware, preset, hosts)
         raw = {"model": model_raw, "hardware": hw,
                "options": {"solver": solver, "time_limit_s": time_limit, "seed": seed}}
         start = time.perf_counter()

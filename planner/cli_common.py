@@ -37,6 +37,23 @@ def load_json(text: str, what: str, want_object: bool = True) -> Any:
     return value
 
 
+def hardware_input(hardware: Path | None, preset: str | None, hosts: int | None
+                   ) -> dict[str, Any]:
+    """The request's `hardware` from --hardware FILE or --preset NAME (default preset), with
+    --hosts overriding the host count."""
+    from planner.presets import DEFAULT_PRESET
+
+    if hardware is not None:
+        if preset is not None:
+            raise BadInputError("--preset", "give either --hardware or --preset, not both")
+        hw: dict[str, Any] = load_json(read_input(str(hardware), "hardware"), "hardware")
+    else:
+        hw = {"preset": preset or DEFAULT_PRESET}
+    if hosts is not None:
+        hw["hosts"] = hosts
+    return hw
+
+
 _err = Console(stderr=True, soft_wrap=True)
 
 

@@ -214,32 +214,28 @@ class RankExecutor:
         lb = lay.length_bytes * b
         got_len = self.comm.alltoall("input_lengths", tensors(out_len),
                                      [lb * len(self.pieces)] * lay.world)
-        received: list[list[np.ndarray]] = [[] for _ in range(lay.world)]
-        id_sizes = [0] * lay.world
+        # Per source rank and piece of mine: the bag lengths and how many id bytes follow.
+        received: list[list[tuple[np.ndarray, int]]] = [[] for _ in range(lay.world)]
         for src in range(lay.world):
             if src == me:
                 continue
-            buf = got_len[src]
-            assert buf is not None or not self.pieces
-            raw = np.zeros(0, np.uint8) if buf is None else buf.cpu().numpy()
+            raw = got_len[src].cpu().numpy()  # type: ignore[union-attr]  # src != me
             for i, p in enumerate(self.pieces):
                 lengths = raw[i * lb:(i + 1) * lb].view(len_t).astype(np.int64)
-                received[src].append(lengths)
-                id_sizes[src] += lay.id_bytes * int(lengths.sum())
+                received[src].append((lengths, lay.id_bytes * int(lengths.sum())))
                 self.stats[p.key].lengths_bytes += lb
-        got_ids = self.comm.alltoall("input_ids", tensors(out_ids), id_sizes)
+        got_ids = self.comm.alltoall("input_ids", tensors(out_ids),
+                                     [sum(n for _, n in r) for r in received])
         parts: dict[str, list[tuple[np.ndarray, np.ndarray]]] = defaultdict(list)
         for src in range(lay.world):
-            buf = None if got_ids[src] is None else got_ids[src].cpu().numpy()
-            at = 0
-            for i, p in enumerate(self.pieces):
-                if src == me:
+            if src == me:
+                for p in self.pieces:
                     parts[p.key].append(mine[p.key])
-                    continue
-                lengths = received[src][i]
-                nbytes = lay.id_bytes * int(lengths.sum())
-                ids = np.zeros(0, np.int64) if nbytes == 0 else \
-                    buf[at:at + nbytes].copy().view(id_t).astype(np.int64)
+                continue
+            buf = got_ids[src].cpu().numpy()  # type: ignore[union-attr]  # src != me
+            at = 0
+            for p, (lengths, nbytes) in zip(self.pieces, received[src], strict=True):
+                ids = buf[at:at + nbytes].copy().view(id_t).astype(np.int64)
                 at += nbytes
                 self.stats[p.key].ids_bytes += nbytes
                 parts[p.key].append((lengths, ids))

@@ -167,7 +167,7 @@ def _compare_pieces(rep: ExecutionReport, lay: ExecLayout, measured: list[dict[s
     band_meas: dict[tuple[int, int], float] = {}
     band_pred: dict[tuple[int, int], float] = {}
     for pp in pieces_pred:
-        ti = int(pp.key.split(".")[0])
+        ti, j = (int(x) for x in pp.key.split("."))
         t = lay.tables[ti]
         if t.data_parallel:
             continue
@@ -192,7 +192,7 @@ def _compare_pieces(rep: ExecutionReport, lay: ExecLayout, measured: list[dict[s
             # Which ids fall in a row range depends on the ids drawn: per piece, the model's
             # figure is an expectation. Over a column band the pieces' ids add up to all ids
             # drawn, exactly, on the wire or not.
-            piece = t.pieces[int(pp.key.split(".")[1])]
+            piece = t.pieces[j]
             band = (ti, piece.col0)
             band_meas[band] = band_meas.get(band, 0.0) + got / lay.id_bytes + got_piece.get(
                 "own_ids", 0.0)

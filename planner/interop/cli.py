@@ -9,12 +9,12 @@ Heavy imports stay inside the command functions so `planner plan` starts fast.
 import sys
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
-from planner.cli_common import fail, load_json, read_input
-from planner.errors import BadInputError, PlannerError
+from planner.cli_common import fail, hardware_input, load_json, read_input
+from planner.errors import PlannerError
 
 
 class ExportFormat(StrEnum):
@@ -108,22 +108,11 @@ def import_plan_cmd(
     from planner.interop.importing import layout_from_torchrec
     from planner.interop.torchrec_format import TorchRecExport
     from planner.planning import resolve
-    from planner.presets import DEFAULT_PRESET
     from planner.validation import parse_json_model
 
     try:
         export = parse_json_model(TorchRecExport, read_input(plan_file, "plan"), "plan")
-        if hardware is not None and preset is not None:
-            raise BadInputError("--preset", "give either --hardware or --preset, not both")
-        hw: dict[str, Any]
-        if hardware is not None:
-            hw = load_json(read_input(str(hardware), "hardware"), "hardware")
-            if hosts is not None:
-                hw["hosts"] = hosts
-        else:
-            hw = {"preset": preset or DEFAULT_PRESET}
-            if hosts is not None:
-                hw["hosts"] = hosts
+        hw = hardware_input(hardware, preset, hosts)
         request = resolve({"model": load_json(read_input(model, "model"), "model"), "hardware": hw})
         layout = layout_from_torchrec(export, request)
     except PlannerError as exc:

@@ -2,8 +2,6 @@
 planner on our problem, and our re-use of its shard estimators."""
 
 import json
-import logging
-import warnings
 
 import pytest
 
@@ -22,14 +20,7 @@ from planner.planning import evaluate, resolve
 from tests.interop.interop_helpers import piece, table, tplan
 from tests.interop.test_interop_export import _every_type
 
-
-@pytest.fixture(autouse=True)
-def _quiet():
-    logging.disable(logging.WARNING)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        yield
-    logging.disable(logging.NOTSET)
+pytestmark = pytest.mark.usefixtures("quiet_torchrec")
 
 
 def test_sharding_plan_objects_carry_every_field(make_layout):

@@ -1,9 +1,7 @@
 """The lower bound under TorchRec's estimators (benchmarks/torchrec_bound.py): below every
 plan it should bound, at least its two simple bounds, exact where it is known by hand."""
 
-import logging
 import math
-import warnings
 
 import pytest
 
@@ -20,14 +18,7 @@ from planner.interop import (
 from planner.planning import resolve
 from tests.interop.interop_helpers import HARDWARE
 
-
-@pytest.fixture(autouse=True)
-def _quiet():
-    logging.disable(logging.WARNING)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        yield
-    logging.disable(logging.NOTSET)
+pytestmark = pytest.mark.usefixtures("quiet_torchrec")
 
 
 def _request(tables, gpus):
