@@ -1,7 +1,8 @@
 # The planner's HTTP service (api/): `docker build -t planner . && docker run -p 8000:8000 planner`
-# Plans and jobs live in /data (mount a volume to keep them); PLANNER_* variables set limits
-# and the API key (README, "The HTTP service"). torch is not installed: the service never
-# runs the executor.
+# Plans and jobs live in /data (mount a volume to keep them), or in PostgreSQL with
+# PLANNER_DATABASE_URL=postgresql://... for replicas (docker-compose.yml: PostgreSQL and two
+# replicas); PLANNER_* variables set limits and keys (README, "The HTTP service"). torch is
+# not installed: the service never runs the executor.
 FROM python:3.11-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 \

@@ -9,6 +9,7 @@ from typing import Any
 
 from fastapi import Depends, FastAPI
 
+from api.body import BodyBudget
 from api.jobs import JobRunner
 from api.metrics import Metrics, MetricsMiddleware
 from api.openapi import build_openapi
@@ -16,9 +17,9 @@ from api.problems import install_handlers
 from api.routes_health import health_router, metrics_router
 from api.routes_plans import router as plans_router
 from api.routes_tools import router as tools_router
-from api.security import require_api_key
+from api.security import KeyRing, require_api_key
 from api.settings import ServiceSettings
-from api.store import Store
+from api.store import open_store
 
 log = logging.getLogger("planner.service")
 
@@ -32,14 +33,14 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        store = await asyncio.to_thread(Store, settings.db_path)
+        store = await asyncio.to_thread(open_store, settings)
         runner = JobRunner(settings, store, metrics)
         app.state.runner = runner
         await runner.start()
         # Build the OpenAPI document (it plans an example) before serving, off the loop.
         await asyncio.to_thread(app.openapi)
-        log.info("planner service ready: db %s, %d solver(s)", settings.db_path,
-                 settings.max_concurrent_solves)
+        log.info("planner service ready: %s store, instance %s, %d solver(s)", store.kind,
+                 runner.instance, settings.max_concurrent_solves)
         try:
             yield
         finally:
@@ -50,8 +51,10 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
                   lifespan=lifespan, separate_input_output_schemas=False)
     app.state.settings = settings
     app.state.metrics = metrics
+    app.state.body_budget = BodyBudget(settings.max_body_bytes_in_flight)
+    app.state.keys = KeyRing(settings)
     guarded: dict[str, Any] = {}
-    if settings.api_key:
+    if app.state.keys.enabled:
         guarded["dependencies"] = [Depends(require_api_key)]
     app.include_router(plans_router, **guarded)
     app.include_router(tools_router, **guarded)

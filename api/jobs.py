@@ -1,33 +1,52 @@
-"""Solving off the event loop: a process pool (pebble) with a per-task time limit, a bound on
-concurrent solves, a bounded wait queue, and jobs that survive a restart through the store.
+"""Solving off the event loop, with the queue in the store.
 
-The event loop only schedules work and awaits futures; `plan()` runs in worker processes
-(DESIGN.md: a 3 s solve inside the loop held the health endpoint for 3.4 s).
+A POST queues a job in the store (the queue limit is counted there, atomically, so it holds
+across replicas). Each server instance runs a dispatcher that claims queued jobs while it has
+a free solver, each with a lease (instance id, expiry) that a keeper task renews while the
+job solves; a replica takes over a job only after its lease has expired, and writes a result
+only while it holds the lease (a fenced write). A cancel (DELETE) or a lost lease stops the
+local solve, which stops its process. `plan()` runs in a process pool (pebble) with a
+per-task time limit; /v1/check and /v1/evaluate have a pool of their own, so a cheap call
+never waits behind a long solve. The event loop only schedules work and awaits futures.
 """
 
 import asyncio
+import concurrent.futures
+import contextlib
+import json
 import logging
 import multiprocessing
 import os
 import signal
+import socket
 import time
 import uuid
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import IO, Any
 
 from pebble import ProcessExpired, ProcessPool
 
 from api import worker
 from api.metrics import Metrics
-from api.problems import BAD_INPUT, INFEASIBLE, SOLVE_FAILED, Problem
+from api.problems import (
+    BAD_INPUT,
+    CANCELLED,
+    INFEASIBLE,
+    SOLVE_FAILED,
+    Problem,
+    no_plan_found,
+)
 from api.settings import ServiceSettings
-from api.store import JobRow, Store
+from api.store import UNFINISHED, JobRow, QueueFull, Store
 
 log = logging.getLogger("planner.service")
 
-_POLL_S = 0.05
 _RESPAWN_AFTER_S = 1.0
-_RECOVER_EVERY_BEATS = 5
+# A solver killed by SIGTERM/SIGINT usually means this server is stopping: claim nothing
+# for this long, so the job goes to another replica (or the next start), not back here.
+_PAUSE_AFTER_INTERRUPT_S = 5.0
+_WATCH_POLL_S = 0.1
 
 
 class Busy(Exception):
@@ -51,9 +70,25 @@ def problem_of(outcome: worker.Outcome, job_id: str | None = None) -> Problem:
     if outcome["status"] == "bad_input":
         return Problem(type=BAD_INPUT, title="Bad input", status=422, detail=outcome["message"],
                        field=outcome["field"], table=outcome["table"], job_id=job_id)
+    if outcome["status"] == "no_plan_found":
+        return no_plan_found(outcome["reason"], job_id)
     return Problem(type=INFEASIBLE, title="No plan fits", status=422, detail=outcome["reason"],
                    table=outcome["table"], cap=outcome["cap"],
-                   short_bytes=outcome["short_bytes"], job_id=job_id)
+                   short_bytes=outcome["short_bytes"], certificate=outcome.get("certificate"),
+                   job_id=job_id)
+
+
+def cancelled_problem(job_id: str) -> Problem:
+    return Problem(type=CANCELLED, title="Cancelled", status=409,
+                   detail="the job was cancelled on request (POST it again to re-run it)",
+                   job_id=job_id)
+
+
+@dataclass
+class _Held:
+    fence: int
+    task: asyncio.Task[None]
+    lost: bool = False  # the lease is gone (cancelled, or taken over): write nothing
 
 
 class JobRunner:
@@ -61,217 +96,337 @@ class JobRunner:
         self.settings = settings
         self.store = store
         self.metrics = metrics
-        self.boot = uuid.uuid4().hex
-        self.pid = os.getpid()
+        self.instance = f"{socket.gethostname()}/{os.getpid()}/{uuid.uuid4().hex[:8]}"
         self._pool: ProcessPool | None = None
-        self._slots = asyncio.Semaphore(settings.max_concurrent_solves)
-        self._waiting: set[object] = set()
-        self._tasks: dict[str, asyncio.Task[None]] = {}
-        self._beat: asyncio.Task[None] | None = None
+        self._tool_pool: ProcessPool | None = None
+        self._tool_slots = asyncio.Semaphore(settings.tool_workers)
+        self._tool_waiting = 0
+        self._held: dict[str, _Held] = {}
+        self._wake = asyncio.Event()
+        self._watchers: dict[str, list[asyncio.Future[None]]] = {}
+        self._watch_wake = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
         self._warm: asyncio.Future[Any] | None = None
+        self._paused_until = 0.0
+        self._stopping = False
+        # Lease renewal gets a thread of its own: never queued behind request handlers.
+        self._lease_thread = concurrent.futures.ThreadPoolExecutor(1, "planner-lease")
+        self._audit_file: IO[str] | None = None
 
     # Life cycle
+    @staticmethod
+    def _new_pool(workers: int) -> ProcessPool:
+        # spawn, not fork: the server process has threads (the store, the loop's executor).
+        return ProcessPool(max_workers=workers, initializer=worker.warm_up,
+                           context=multiprocessing.get_context("spawn"))
+
     async def start(self) -> None:
-        # spawn, not fork: the server process has threads (sqlite, the event loop's executor).
-        self._pool = ProcessPool(max_workers=self.settings.max_concurrent_solves,
-                                 initializer=worker.warm_up,
-                                 context=multiprocessing.get_context("spawn"))
+        if self.settings.audit_log is not None:
+            self._audit_file = open(self.settings.audit_log, "a", buffering=1)  # noqa: SIM115
+        self._pool = self._new_pool(self.settings.max_concurrent_solves)
+        self._tool_pool = self._new_pool(self.settings.tool_workers)
         # Start the workers now (imports take seconds), so the first request does not wait.
         self._warm = asyncio.gather(*(
-            asyncio.wrap_future(self._pool.schedule(worker.warm_up))
-            for _ in range(self.settings.max_concurrent_solves)), return_exceptions=True)
-        await asyncio.to_thread(self.store.heartbeat, self.boot, self.pid)
-        await self.recover()
-        self._beat = asyncio.create_task(self._heartbeat())
+            asyncio.wrap_future(pool.schedule(worker.warm_up))
+            for pool, n in ((self._pool, self.settings.max_concurrent_solves),
+                            (self._tool_pool, self.settings.tool_workers))
+            for _ in range(n)), return_exceptions=True)
+        # One claim before serving: jobs a stopped server gave back are re-run (or failed,
+        # after max_attempts starts) before anyone can look at them.
+        await self._claim()
+        self._tasks = [asyncio.create_task(self._dispatch()),
+                       asyncio.create_task(self._keep_leases()),
+                       asyncio.create_task(self._watch())]
+        if self.settings.retention_days > 0 or self.settings.max_plans > 0:
+            self._tasks.append(asyncio.create_task(self._cleanup()))
 
     async def stop(self) -> None:
-        """Leave unfinished jobs in the store as they are: the next start re-runs them."""
-        tasks = [t for t in (self._beat, self._warm, *self._tasks.values()) if t is not None]
+        """Give the jobs held here back to the queue: another replica, or the next start,
+        runs them at once (no lease to wait out)."""
+        self._stopping = True
+        held = [h.task for h in self._held.values()]
+        tasks = [t for t in (*self._tasks, self._warm, *held) if t is not None]
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        if self._pool is not None:
-            self._pool.stop()
-            await asyncio.to_thread(self._pool.join, 10)
-        await asyncio.to_thread(self.store.forget_instance, self.boot)
+        for pool in (self._pool, self._tool_pool):
+            if pool is not None:
+                pool.stop()
+                await asyncio.to_thread(pool.join, 10)
+        self._lease_thread.shutdown(wait=False)
+        if self._audit_file is not None:
+            self._audit_file.close()
 
     @property
     def ready(self) -> bool:
-        """The pool runs and its workers have started (imported the planner)."""
-        return (self._pool is not None and self._pool.active and self._warm is not None
-                and self._warm.done())
+        """The pools run and their workers have started (imported the planner)."""
+        return (self._pool is not None and self._pool.active and self._tool_pool is not None
+                and self._tool_pool.active and self._warm is not None and self._warm.done())
 
-    async def _heartbeat(self) -> None:
-        beats = 0
-        while True:
-            await asyncio.sleep(self.settings.heartbeat_s)
-            try:
-                await asyncio.to_thread(self.store.heartbeat, self.boot, self.pid)
-                beats += 1
-                if beats % _RECOVER_EVERY_BEATS == 0:
-                    await self.recover()
-            except Exception:  # keep beating; the next beat retries
-                log.exception("heartbeat failed")
+    @property
+    def solvers_busy(self) -> int:
+        return len(self._held)
 
-    async def recover(self) -> None:
-        """Re-run jobs whose server stopped mid-way, or fail them after max_attempts starts."""
-        stale = self.settings.heartbeat_s * _RECOVER_EVERY_BEATS
-        orphans = await asyncio.to_thread(self.store.claim_orphans, self.boot, self.pid, stale)
-        for row in orphans:
-            if row.attempts >= self.settings.max_attempts:
-                await self._fail_interrupted(row.id, row.attempts)
-                continue
-            note = (f"re-run: the server stopped while this job was {row.status} "
-                    f"(after {row.attempts} start{'s' if row.attempts != 1 else ''})")
-            await asyncio.to_thread(self.store.requeue, row.id, self.boot, note)
-            log.warning("job %s: %s", row.id, note)
-            self._spawn(row.id, row.request, row.time_limit_s)
+    def _audit(self, event: str, job_id: str, fence: int, **extra: Any) -> None:
+        if self._audit_file is not None:
+            self._audit_file.write(json.dumps({"t": time.time(), "instance": self.instance,
+                                               "event": event, "job": job_id, "fence": fence,
+                                               **extra}) + "\n")
 
-    async def _fail_interrupted(self, job_id: str, attempts: int) -> None:
-        problem = Problem(type=SOLVE_FAILED, title="Interrupted", status=503,
-                          detail=f"the server stopped during this job {attempts} times; it "
-                                 "is not re-run again (POST it to retry)", job_id=job_id)
-        await asyncio.to_thread(self.store.finish, job_id, self.boot, "failed",
-                                error=problem.model_dump_json(exclude_none=True))
-        self.metrics.jobs.labels("failed").inc()
-        log.warning("job %s failed: interrupted %d times", job_id, attempts)
-
-    # Pool
-    async def call(self, fn: Callable[[str], worker.Outcome], arg: str, timeout_s: float,
-                   on_start: Callable[[], Awaitable[None]] | None = None,
-                   token: object | None = None) -> worker.Outcome:
-        """Run fn(arg) in the pool once a solver slot is free; SolveFailed if it cannot."""
-        token = object() if token is None else token
-        if token not in self._waiting:
-            if len(self._waiting) >= self.settings.max_queued_jobs:
-                raise Busy
-            self._waiting.add(token)
-        self.metrics.jobs_waiting.set(len(self._waiting))
+    # The queue
+    async def submit(self, job_id: str, request_json: str, tables: int, time_limit_s: float,
+                     client: str | None = None, client_max_unfinished: int | None = None,
+                     ) -> tuple[JobRow, bool]:
+        """The job for this request: the stored one, or a new one queued (created=True).
+        Busy when the queue is full; store.OverQuota when the client's quota is."""
         try:
-            await self._slots.acquire()
-        finally:
-            self._waiting.discard(token)
-            self.metrics.jobs_waiting.set(len(self._waiting))
-        try:
-            if on_start is not None:
-                await on_start()
-            assert self._pool is not None
-            self.metrics.solves_running.inc()
-            start = time.perf_counter()
-            future = self._pool.schedule(fn, (arg,), timeout=timeout_s)
-            try:
-                # Cancelling the wrapper cancels the pebble future, which stops its process.
-                return await asyncio.wrap_future(future)
-            except TimeoutError:
-                raise SolveFailed(Problem(
-                    type=SOLVE_FAILED, title="Solve ran past its time limit", status=422,
-                    detail=f"the solve did not finish within {timeout_s:g} s (options."
-                           "time_limit_s plus the service's overhead allowance)")) from None
-            except ProcessExpired as exc:
-                # pebble's worker exits with the signal's number, multiprocessing with minus it.
-                if abs(exc.exitcode or 0) in (signal.SIGTERM, signal.SIGINT):
-                    raise Interrupted from None
-                raise SolveFailed(Problem(
-                    type=SOLVE_FAILED, title="Solver process died", status=500,
-                    detail=f"the solver process died (exit code {exc.exitcode}); the request "
-                           "may need more memory than a worker has")) from None
-            finally:
-                self.metrics.solves_running.dec()
-                self.metrics.solve_seconds.observe(time.perf_counter() - start)
-        finally:
-            self._slots.release()
-
-    # Jobs
-    def _respawn(self, job_id: str, request_json: str, time_limit_s: float) -> None:
-        self._tasks.pop(job_id, None)
-        self._spawn(job_id, request_json, time_limit_s)
-
-    def _spawn(self, job_id: str, request_json: str, time_limit_s: float) -> None:
-        token = object()
-        # Counted as waiting now, so a burst of POSTs sees the queue fill up at once.
-        self._waiting.add(token)
-        task = asyncio.create_task(self._run(job_id, request_json, time_limit_s, token))
-        self._tasks[job_id] = task
-        task.add_done_callback(lambda t: self._forget(job_id, t))
-
-    def _forget(self, job_id: str, task: asyncio.Task[None]) -> None:
-        if self._tasks.get(job_id) is task:
-            del self._tasks[job_id]
-
-    async def _run(self, job_id: str, request_json: str, time_limit_s: float,
-                   token: object) -> None:
-        async def started() -> None:
-            await asyncio.to_thread(self.store.mark_running, job_id, self.boot)
-
-        fields: dict[str, Any]
-        try:
-            outcome = await self.call(worker.solve, request_json,
-                                      self.settings.solve_deadline_s(time_limit_s), started, token)
-            status = str(outcome["status"])
-            if status == "succeeded":
-                fields = {"plan": outcome["plan"], "plan_hash": outcome["plan_hash"]}
-            else:
-                fields = {"error": problem_of(outcome, job_id).model_dump_json(exclude_none=True)}
-        except Interrupted:
-            row = await asyncio.to_thread(self.store.get_job, job_id)
-            if row is not None and row.attempts >= self.settings.max_attempts:
-                await self._fail_interrupted(job_id, row.attempts)
-                return
-            note = "re-run: its solver process was stopped by a signal"
-            log.warning("job %s: %s", job_id, note)
-            await asyncio.to_thread(self.store.requeue, job_id, self.boot, note)
-            # Later, so a server that is stopping cancels it first and the next start runs it.
-            await asyncio.sleep(_RESPAWN_AFTER_S)
-            self._respawn(job_id, request_json, time_limit_s)
-            return
-        except SolveFailed as exc:
-            status = "failed"
-            problem = exc.problem.model_copy(update={"job_id": job_id})
-            fields = {"error": problem.model_dump_json(exclude_none=True)}
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # a planner bug: record it on the job, never lose the job
-            log.exception("job %s crashed", job_id)
-            status = "failed"
-            problem = Problem(type=SOLVE_FAILED, title="Planner error", status=500,
-                              detail=f"internal error: {type(exc).__name__}: {exc}",
-                              job_id=job_id)
-            fields = {"error": problem.model_dump_json(exclude_none=True)}
-        await asyncio.to_thread(self.store.finish, job_id, self.boot, status, **fields)
-        self.metrics.jobs.labels(status).inc()
-
-    async def submit(self, job_id: str, request_json: str, tables: int,
-                     time_limit_s: float) -> tuple[JobRow, bool]:
-        """The job for this request: the stored one, or a new one queued (created=True)."""
-        existing = await asyncio.to_thread(self.store.get_job, job_id)
-        if existing is not None and existing.status != "failed":
-            return existing, False
-        if len(self._waiting) >= self.settings.max_queued_jobs:
-            raise Busy
-        if existing is not None:  # a failed job is re-run when it is asked for again
-            row = await asyncio.to_thread(self.store.retry_failed, job_id, self.boot, self.pid)
-            created = row is not None
-        else:
             row, created = await asyncio.to_thread(
-                self.store.create_job, job_id, request_json, tables, time_limit_s, self.boot,
-                self.pid)
-        if row is None:
-            row = await asyncio.to_thread(self.store.get_job, job_id)
-            assert row is not None
+                self.store.submit, job_id, request_json, tables, time_limit_s,
+                self.settings.max_queued_jobs, client, client_max_unfinished)
+        except QueueFull:
+            raise Busy from None
         if created:
-            self._spawn(job_id, request_json, time_limit_s)
+            self._wake.set()
         return row, created
+
+    async def cancel(self, job_id: str) -> tuple[JobRow | None, bool]:
+        """Cancel a queued or running job. A solve running here stops now; one running on
+        another replica stops when that replica next renews its lease."""
+        error = cancelled_problem(job_id).model_dump_json(exclude_none=True)
+        row, cancelled = await asyncio.to_thread(self.store.cancel, job_id, error)
+        held = self._held.get(job_id)
+        if cancelled and held is not None:
+            held.lost = True
+            held.task.cancel()
+        if cancelled:
+            self.metrics.jobs.labels("cancelled").inc()
+            self._notify(job_id)
+        return row, cancelled
+
+    def _interrupted_error(self, row: JobRow) -> str:
+        return Problem(type=SOLVE_FAILED, title="Interrupted", status=503,
+                       detail=f"the server stopped during this job {row.attempts} times; it "
+                              "is not re-run again (POST it to retry)",
+                       job_id=row.id).model_dump_json(exclude_none=True)
+
+    async def _claim(self) -> bool:
+        free = self.settings.max_concurrent_solves - len(self._held)
+        if free <= 0 or self._stopping or time.monotonic() < self._paused_until:
+            return False
+        claimed, failed = await asyncio.to_thread(
+            self.store.claim, self.instance, self.settings.lease_ttl_s, free,
+            self.settings.max_attempts, self._interrupted_error)
+        for row in failed:
+            self.metrics.jobs.labels("failed").inc()
+            log.warning("job %s failed: interrupted %d times", row.id, row.attempts)
+            self._audit("failed_attempts", row.id, row.fence)
+            self._notify(row.id)
+        for row in claimed:
+            self.metrics.jobs_claimed.inc()
+            self._audit("claim", row.id, row.fence, attempts=row.attempts)
+            if row.attempts > 1 and row.note:
+                log.warning("job %s: %s", row.id, row.note)
+            task = asyncio.create_task(self._run(row))
+            self._held[row.id] = _Held(fence=row.fence, task=task)
+        return bool(claimed or failed)
+
+    async def _dispatch(self) -> None:
+        while True:
+            self._wake.clear()
+            try:
+                if await self._claim():
+                    continue
+            except Exception:  # the store is down: retry at the next poll
+                log.exception("claiming jobs failed")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self.settings.claim_poll_s)
+
+    async def _keep_leases(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(self.settings.lease_renew_s)
+            leases = {i: h.fence for i, h in self._held.items() if not h.lost}
+            if not leases:
+                continue
+            try:
+                kept = await loop.run_in_executor(
+                    self._lease_thread, self.store.renew, self.instance,
+                    self.settings.lease_ttl_s, leases)
+            except Exception:  # keep trying; a lease outlives a few failed renewals
+                log.exception("renewing leases failed")
+                continue
+            for job_id in leases.keys() - kept:
+                held = self._held.get(job_id)
+                if held is None or held.fence != leases[job_id]:
+                    continue
+                held.lost = True
+                held.task.cancel()
+                self.metrics.leases_lost.inc()
+                self._audit("lease_lost", job_id, held.fence)
+                log.warning("job %s: lease lost (cancelled, or taken over); its solve stops",
+                            job_id)
+
+    async def _cleanup(self) -> None:
+        """Retention, on every replica (the deletes are idempotent)."""
+        s = self.settings
+        while True:
+            try:
+                deleted = await asyncio.to_thread(
+                    self.store.cleanup, s.retention_days * 86400 if s.retention_days else None,
+                    s.max_plans or None)
+                if deleted:
+                    log.info("retention: %d finished job(s) deleted", deleted)
+            except Exception:
+                log.exception("retention cleanup failed")
+            await asyncio.sleep(s.cleanup_every_s)
+
+    # Waiting for a job (POST's synchronous answer)
+    def _notify(self, job_id: str) -> None:
+        for fut in self._watchers.pop(job_id, []):
+            if not fut.done():
+                fut.set_result(None)
+
+    async def _watch(self) -> None:
+        """Jobs finished by other replicas: one query for every job waited on here."""
+        while True:
+            if not self._watchers:
+                self._watch_wake.clear()
+                await self._watch_wake.wait()
+            try:
+                statuses = await asyncio.to_thread(self.store.statuses, list(self._watchers))
+            except Exception:
+                log.exception("watching jobs failed")
+                statuses = {}
+            for job_id, status in statuses.items():
+                if status not in UNFINISHED:
+                    self._notify(job_id)
+            await asyncio.sleep(_WATCH_POLL_S)
 
     async def wait(self, job_id: str, timeout_s: float) -> JobRow | None:
         """The job once finished, or as it stands after timeout_s."""
-        task = self._tasks.get(job_id)
-        if task is not None:
-            await asyncio.wait({task}, timeout=timeout_s)
-        else:  # run by another worker process of this server: watch the store
-            end = time.monotonic() + timeout_s
-            while time.monotonic() < end:
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._watchers.setdefault(job_id, []).append(fut)
+        self._watch_wake.set()
+        try:
+            row = await asyncio.to_thread(self.store.get_job, job_id)
+            if row is not None and row.status in UNFINISHED:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(fut, timeout_s)
                 row = await asyncio.to_thread(self.store.get_job, job_id)
-                if row is None or row.status not in ("queued", "running"):
-                    return row
-                await asyncio.sleep(_POLL_S)
-        return await asyncio.to_thread(self.store.get_job, job_id)
+        finally:
+            waiting = self._watchers.get(job_id)
+            if waiting is not None and fut in waiting:
+                waiting.remove(fut)
+                if not waiting:
+                    del self._watchers[job_id]
+        return row
+
+    # Solving
+    async def _in_pool(self, pool: ProcessPool | None, fn: Callable[[str], worker.Outcome],
+                       arg: str, timeout_s: float) -> worker.Outcome:
+        assert pool is not None
+        self.metrics.solves_running.inc()
+        start = time.perf_counter()
+        future = pool.schedule(fn, (arg,), timeout=timeout_s)
+        try:
+            # Cancelling the wrapper cancels the pebble future, which stops its process.
+            return await asyncio.wrap_future(future)
+        except TimeoutError:
+            raise SolveFailed(Problem(
+                type=SOLVE_FAILED, title="Solve ran past its time limit", status=422,
+                detail=f"the solve did not finish within {timeout_s:g} s (options."
+                       "time_limit_s plus the service's overhead allowance)")) from None
+        except ProcessExpired as exc:
+            # pebble's worker exits with the signal's number, multiprocessing with minus it.
+            if abs(exc.exitcode or 0) in (signal.SIGTERM, signal.SIGINT):
+                raise Interrupted from None
+            raise SolveFailed(Problem(
+                type=SOLVE_FAILED, title="Solver process died", status=500,
+                detail=f"the solver process died (exit code {exc.exitcode}); the request "
+                       "may need more memory than a worker has")) from None
+        finally:
+            self.metrics.solves_running.dec()
+            self.metrics.solve_seconds.observe(time.perf_counter() - start)
+
+    async def call(self, fn: Callable[[str], worker.Outcome], arg: str,
+                   timeout_s: float) -> worker.Outcome:
+        """Run fn(arg) in the tools' pool (check, evaluate); Busy if too many wait."""
+        if self._tool_waiting >= self.settings.max_queued_jobs:
+            raise Busy
+        self._tool_waiting += 1
+        try:
+            await self._tool_slots.acquire()
+        finally:
+            self._tool_waiting -= 1
+        try:
+            return await self._in_pool(self._tool_pool, fn, arg, timeout_s)
+        finally:
+            self._tool_slots.release()
+
+    async def _run(self, row: JobRow) -> None:
+        job_id, fence = row.id, row.fence
+        fields: dict[str, Any]
+        try:
+            try:
+                outcome = await self._in_pool(self._pool, worker.solve, row.request,
+                                              self.settings.solve_deadline_s(row.time_limit_s))
+                status = str(outcome["status"])
+                if status == "succeeded":
+                    fields = {"plan": outcome["plan"], "plan_hash": outcome["plan_hash"]}
+                else:
+                    fields = {"error": problem_of(outcome, job_id).model_dump_json(
+                        exclude_none=True)}
+            except Interrupted:
+                self._paused_until = time.monotonic() + _PAUSE_AFTER_INTERRUPT_S
+                # Later, so a server that is stopping cancels this first (same outcome).
+                await asyncio.sleep(_RESPAWN_AFTER_S)
+                await self._release(job_id, fence,
+                                    "re-run: its solver process was stopped by a signal")
+                return
+            except SolveFailed as exc:
+                status = "failed"
+                problem = exc.problem.model_copy(update={"job_id": job_id})
+                fields = {"error": problem.model_dump_json(exclude_none=True)}
+            except asyncio.CancelledError:
+                held = self._held.get(job_id)
+                if held is not None and held.lost:
+                    return  # cancelled or taken over: the solve stopped, nothing to write
+                # The server is stopping: give the job back.
+                await self._release(job_id, fence,
+                                    "re-run: the server stopped while this job was running")
+                raise
+            except Exception as exc:  # a planner bug: record it on the job, never lose it
+                log.exception("job %s crashed", job_id)
+                status = "failed"
+                problem = Problem(type=SOLVE_FAILED, title="Planner error", status=500,
+                                  detail=f"internal error: {type(exc).__name__}: {exc}",
+                                  job_id=job_id)
+                fields = {"error": problem.model_dump_json(exclude_none=True)}
+            self._audit("solved", job_id, fence, status=status)
+            held = self._held.get(job_id)
+            if held is not None and held.lost:
+                return
+            written = await asyncio.to_thread(self.store.finish, job_id, self.instance, fence,
+                                              status, **fields)
+            self._audit("finish", job_id, fence, status=status, written=written)
+            if written:
+                self.metrics.jobs.labels(status).inc()
+            else:
+                self.metrics.fenced_writes_rejected.inc()
+                log.warning("job %s: result not written, the lease was lost", job_id)
+        finally:
+            held = self._held.get(job_id)
+            if held is not None and held.fence == fence:
+                del self._held[job_id]
+            self._wake.set()
+            self._notify(job_id)
+
+    async def _release(self, job_id: str, fence: int, note: str) -> None:
+        try:
+            released = await asyncio.to_thread(self.store.release, job_id, self.instance,
+                                               fence, note)
+        except Exception:  # the lease expires anyway, and another replica takes it over
+            log.exception("job %s: giving it back failed", job_id)
+            return
+        self._audit("release", job_id, fence, written=released)
+        log.warning("job %s: %s", job_id, note)

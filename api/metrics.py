@@ -27,8 +27,17 @@ class Metrics:
                                        "Wall time of a solve in the process pool", registry=r,
                                        buckets=(.05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300))
         self.solves_running = Gauge("planner_solves_running", "Solves running now", registry=r)
-        self.jobs_waiting = Gauge("planner_jobs_waiting", "Jobs waiting for a solver",
+        self.jobs_waiting = Gauge("planner_jobs_waiting",
+                                  "Jobs waiting for a solver (the store's queue, all replicas)",
                                   registry=r)
+        self.jobs_claimed = Counter("planner_jobs_claimed_total",
+                                    "Jobs claimed by this instance (a lease taken)", registry=r)
+        self.leases_lost = Counter("planner_leases_lost_total",
+                                   "Leases lost while solving (cancelled, or taken over)",
+                                   registry=r)
+        self.fenced_writes_rejected = Counter(
+            "planner_fenced_writes_rejected_total",
+            "Results not written because the lease had passed to another holder", registry=r)
 
 
 class MetricsMiddleware:

@@ -9,7 +9,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from planner.errors import BadInputError, InfeasibleError
+from planner.errors import BadInputError, InfeasibleError, NoPlanFoundError
 
 log = logging.getLogger("planner.service")
 
@@ -17,6 +17,10 @@ PROBLEM_MEDIA_TYPE = "application/problem+json"
 _BASE = "urn:dlrm-planner:problem:"
 BAD_INPUT = _BASE + "bad-input"
 INFEASIBLE = _BASE + "infeasible"
+NO_PLAN_FOUND = _BASE + "no-plan-found"
+# Neither a plan nor a proof that none exists within the budget: a 4xx (the client can raise
+# time_limit_s), distinct from 422's proven "infeasible"; retrying as is gives the same answer.
+NO_PLAN_FOUND_STATUS = 409
 LIMIT = _BASE + "limit-exceeded"
 TOO_LARGE = _BASE + "body-too-large"
 BUSY = _BASE + "too-many-jobs"
@@ -24,6 +28,9 @@ UNAUTHORIZED = _BASE + "unauthorized"
 NOT_FOUND = _BASE + "not-found"
 SOLVE_FAILED = _BASE + "solve-failed"
 NOT_READY = _BASE + "not-ready"
+CANCELLED = _BASE + "cancelled"
+QUOTA = _BASE + "quota-exceeded"
+UNSUPPORTED = _BASE + "unsupported-media-type"
 
 
 class Problem(BaseModel):
@@ -40,6 +47,8 @@ class Problem(BaseModel):
     table: str | None = None  # bad input or infeasible: the table it concerns
     cap: str | None = None  # infeasible: the memory cap that is short
     short_bytes: int | None = None  # infeasible: by how many bytes
+    # infeasible: the certificate anyone can recompute (planner/infeasibility.py)
+    certificate: dict[str, Any] | None = None
     job_id: str | None = None
 
 
@@ -65,7 +74,13 @@ def bad_input(exc: BadInputError, job_id: str | None = None) -> Problem:
 
 def infeasible(exc: InfeasibleError, job_id: str | None = None) -> Problem:
     return Problem(type=INFEASIBLE, title="No plan fits", status=422, detail=exc.reason,
-                   table=exc.table, cap=exc.cap, short_bytes=exc.short_bytes, job_id=job_id)
+                   table=exc.table, cap=exc.cap, short_bytes=exc.short_bytes,
+                   certificate=exc.certificate, job_id=job_id)
+
+
+def no_plan_found(reason: str, job_id: str | None = None) -> Problem:
+    return Problem(type=NO_PLAN_FOUND, title="No plan found within the budget",
+                   status=NO_PLAN_FOUND_STATUS, detail=reason, job_id=job_id)
 
 
 def limit_exceeded(field: str, detail: str) -> Problem:
@@ -82,8 +97,12 @@ def busy() -> ProblemError:
 def responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
     """OpenAPI `responses` entries for the problem statuses a route may answer."""
     titles = {401: "Missing or wrong API key", 404: "Not found", 413: "Request body too large",
+              408: "The body did not arrive in time",
+              409: "No plan found within the budget, and none proved impossible",
               422: "Bad input, a limit exceeded, or no plan fits",
-              429: "Too many jobs waiting; retry later", 503: "Not ready"}
+              415: "Content type not application/json",
+              429: "Too many jobs waiting, or the key's quota reached; retry later",
+              503: "Not ready, saturated, or too many bodies being read; retry later"}
     ref = {"$ref": "#/components/schemas/Problem"}
     return {s: {"description": titles[s], "content": {PROBLEM_MEDIA_TYPE: {"schema": ref}}}
             for s in statuses}
@@ -117,6 +136,8 @@ def install_handlers(app: FastAPI) -> None:
     async def on_planner_error(request: Request, exc: Exception) -> JSONResponse:
         if isinstance(exc, BadInputError):
             problem = bad_input(exc)
+        elif isinstance(exc, NoPlanFoundError):
+            problem = no_plan_found(exc.reason)
         else:
             assert isinstance(exc, InfeasibleError)
             problem = infeasible(exc)
@@ -133,5 +154,6 @@ def install_handlers(app: FastAPI) -> None:
     app.add_exception_handler(Exception, on_internal)
     app.add_exception_handler(BadInputError, on_planner_error)
     app.add_exception_handler(InfeasibleError, on_planner_error)
+    app.add_exception_handler(NoPlanFoundError, on_planner_error)
     app.add_exception_handler(StarletteHTTPException, on_http)
     app.add_exception_handler(RequestValidationError, on_validation)

@@ -21,22 +21,38 @@ async def healthz() -> Response:
     return JSONResponse({"status": "ok"})
 
 
-@health_router.get("/readyz", summary="Readiness: the store answers and the solver pool runs",
+@health_router.get("/readyz", summary="Readiness: the store answers, the solver pools run, and "
+                                     "the queue has room",
+                   description="503 while the store does not answer, the pools are starting, "
+                               "or the queue is full (saturated: a POST would get 429).",
                    responses={200: {"description": "ready", "content": json_content(Readiness)},
                               **responses(503)})
 async def readyz(request: Request) -> Response:
     runner: JobRunner = request.app.state.runner
+    settings = runner.settings
     try:
-        await asyncio.to_thread(runner.store.ping)
-        unfinished = await asyncio.to_thread(runner.store.count_unfinished)
+        counts = await asyncio.to_thread(runner.store.counts)
     except Exception as exc:
         return problem_response(Problem(type=NOT_READY, title="Not ready", status=503,
-                                        detail=f"store: {exc}"))
+                                        detail=f"store: {type(exc).__name__}: {exc}"))
+    runner.metrics.jobs_waiting.set(counts.queued)
     if not runner.ready:
         return problem_response(Problem(type=NOT_READY, title="Not ready", status=503,
                                         detail="the solver pool is not running"))
-    return JSONResponse(Readiness(status="ready", solvers=runner.settings.max_concurrent_solves,
-                                  jobs_unfinished=unfinished).model_dump())
+    if counts.queued >= settings.max_queued_jobs:
+        return problem_response(
+            Problem(type=NOT_READY, title="Saturated", status=503,
+                    detail=f"saturated: {counts.queued} jobs queued, the limit is "
+                           f"{settings.max_queued_jobs} (PLANNER_MAX_QUEUED_JOBS); "
+                           f"{runner.solvers_busy} of {settings.max_concurrent_solves} "
+                           "solver(s) here busy"),
+            headers={"Retry-After": "5"})
+    return JSONResponse(Readiness(
+        status="ready", store=runner.store.kind, instance=runner.instance,
+        solvers=settings.max_concurrent_solves, solvers_busy=runner.solvers_busy,
+        jobs_queued=counts.queued, jobs_running=counts.running,
+        max_queued_jobs=settings.max_queued_jobs,
+        jobs_unfinished=counts.queued + counts.running).model_dump())
 
 
 @metrics_router.get("/metrics", summary="Prometheus metrics",

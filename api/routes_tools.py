@@ -26,8 +26,8 @@ async def _in_pool(request: Request, shape: type[EvaluateInput] | type[Plan],
     in the solver pool; a problem response where any of that fails."""
     settings: ServiceSettings = request.app.state.settings
     runner: JobRunner = request.app.state.runner
-    body = await read_body(request, settings.max_body_bytes)
-    given = await parse_in_thread(shape, body, "plan")
+    body = await read_body(request, settings)
+    given = await parse_in_thread(shape, body, "plan", settings)
     check_size(given.request, settings)
     try:
         outcome = await runner.call(fn, body.decode(), settings.job_timeout_s)
@@ -48,7 +48,7 @@ async def _in_pool(request: Request, shape: type[EvaluateInput] | type[Plan],
              openapi_extra=request_body(EvaluateInput),
              responses={200: {"description": "the scored plan; checker failures are in its "
                                              "summary.warnings", "content": json_content(Plan)},
-                        **responses(401, 413, 422, 429)})
+                        **responses(401, 408, 413, 415, 422, 429, 503)})
 async def evaluate_plan(request: Request) -> Response:
     outcome = await _in_pool(request, EvaluateInput, worker.evaluate_layout)
     if isinstance(outcome, Response):
@@ -60,12 +60,13 @@ async def evaluate_plan(request: Request) -> Response:
              openapi_extra=request_body(Plan),
              responses={200: {"description": "ok, or the checker's failures",
                               "content": json_content(CheckResult)},
-                        **responses(401, 413, 422, 429)})
+                        **responses(401, 408, 413, 415, 422, 429, 503)})
 async def check(request: Request) -> Response:
     outcome = await _in_pool(request, Plan, worker.check)
     if isinstance(outcome, Response):
         return outcome
-    return JSONResponse(CheckResult(ok=outcome["ok"], errors=outcome["errors"]).model_dump())
+    return JSONResponse(CheckResult(ok=outcome["ok"], errors=outcome["errors"],
+                                    warnings=outcome["warnings"]).model_dump())
 
 
 @router.get("/presets", summary="Hardware presets (fully expanded) and model fixtures",

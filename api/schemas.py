@@ -8,7 +8,8 @@ from pydantic import BaseModel, ConfigDict
 from api.problems import Problem
 from planner.spec import HardwareSpec
 
-JobStatus = Literal["queued", "running", "succeeded", "infeasible", "bad_input", "failed"]
+JobStatus = Literal["queued", "running", "succeeded", "infeasible", "no_plan_found", "bad_input",
+                    "failed", "cancelled"]
 
 
 class Job(BaseModel):
@@ -32,6 +33,8 @@ class CheckResult(BaseModel):
 
     ok: bool
     errors: list[str]
+    # Claims the checker could not re-prove within its budget (planner check's warnings)
+    warnings: list[str] = []
 
 
 class Preset(BaseModel):
@@ -50,8 +53,14 @@ class Health(BaseModel):
 
 class Readiness(BaseModel):
     status: Literal["ready"]
-    solvers: int
-    jobs_unfinished: int
+    store: str  # sqlite or postgresql
+    instance: str  # this replica's lease holder id
+    solvers: int  # solver processes of this instance
+    solvers_busy: int  # of them, solving a job now
+    jobs_queued: int  # waiting for a solver, all replicas
+    jobs_running: int  # all replicas
+    max_queued_jobs: int
+    jobs_unfinished: int  # queued + running
 
 
 def timestamp(t: float) -> datetime:

@@ -7,7 +7,7 @@ import signal
 from typing import Any
 
 from planner.check import check_plan
-from planner.errors import BadInputError, InfeasibleError
+from planner.errors import BadInputError, InfeasibleError, NoPlanFoundError, PlannerError
 from planner.plan_model import EvaluateInput, Plan, PlanLayout
 from planner.planning import evaluate, plan
 from planner.validation import validate_model
@@ -21,18 +21,21 @@ def warm_up() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-def _error(exc: BadInputError | InfeasibleError) -> Outcome:
+def _error(exc: PlannerError) -> Outcome:
     if isinstance(exc, BadInputError):
         return {"status": "bad_input", "field": exc.field, "table": exc.table,
                 "message": str(exc)}
+    if isinstance(exc, NoPlanFoundError):
+        return {"status": "no_plan_found", "reason": exc.reason}
+    assert isinstance(exc, InfeasibleError)
     return {"status": "infeasible", "reason": exc.reason, "table": exc.table, "cap": exc.cap,
-            "short_bytes": exc.short_bytes}
+            "short_bytes": exc.short_bytes, "certificate": exc.certificate}
 
 
 def solve(request_json: str) -> Outcome:
     try:
         result = plan(json.loads(request_json))
-    except (BadInputError, InfeasibleError) as exc:
+    except (BadInputError, InfeasibleError, NoPlanFoundError) as exc:
         return _error(exc)
     return {"status": "succeeded", "plan": result.model_dump_json(), "plan_hash": result.plan_hash}
 
@@ -43,7 +46,7 @@ def evaluate_layout(layout_json: str) -> Outcome:
                         tables=given.tables)
     try:
         result = evaluate(layout)
-    except (BadInputError, InfeasibleError) as exc:
+    except (BadInputError, InfeasibleError, NoPlanFoundError) as exc:
         return _error(exc)
     return {"status": "succeeded", "plan": result.model_dump_json()}
 
@@ -51,6 +54,7 @@ def evaluate_layout(layout_json: str) -> Outcome:
 def check(plan_json: str) -> Outcome:
     try:
         report = check_plan(validate_model(Plan, json.loads(plan_json)))
-    except (BadInputError, InfeasibleError) as exc:
+    except (BadInputError, InfeasibleError, NoPlanFoundError) as exc:
         return _error(exc)
-    return {"status": "succeeded", "ok": report.ok, "errors": report.errors}
+    return {"status": "succeeded", "ok": report.ok, "errors": report.errors,
+            "warnings": report.warnings}

@@ -12,12 +12,15 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
 
 from planner.presets import fixture_text
+
+if TYPE_CHECKING:
+    from tests.api.pg import PgServer
 
 REPO = Path(__file__).resolve().parents[2]
 API_KEY = "test-key-1234"
@@ -56,7 +59,7 @@ def start_server(tmp: Path, db: Path, **env: Any) -> LiveServer:
     port = free_port()
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("PLANNER_")}
     full_env |= {"PLANNER_DB_PATH": str(db), "PLANNER_MAX_CONCURRENT_SOLVES": "1",
-                 "PLANNER_HEARTBEAT_S": "0.5"}
+                 "PLANNER_LEASE_TTL_S": "2", "PLANNER_LEASE_RENEW_S": "0.4"}
     full_env |= {f"PLANNER_{k.upper()}": str(v) for k, v in env.items()}
     log = tmp / f"server-{port}.log"
     with log.open("wb") as out:
@@ -91,7 +94,8 @@ def small_request(hosts: int = 1, **options: Any) -> dict[str, Any]:
 
 
 def wait_job(client: httpx.Client, job_id: str, timeout_s: float,
-             until: tuple[str, ...] = ("succeeded", "infeasible", "bad_input", "failed"),
+             until: tuple[str, ...] = ("succeeded", "infeasible", "no_plan_found", "bad_input",
+                                      "failed"),
              ) -> dict[str, Any]:
     deadline = time.monotonic() + timeout_s
     while True:
@@ -119,3 +123,19 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
 def client(live: LiveServer) -> Iterator[httpx.Client]:
     with httpx.Client(base_url=live.url, headers={"X-API-Key": API_KEY}, timeout=60) as c:
         yield c
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator["PgServer"]:
+    """One PostgreSQL cluster for the session (each test takes its own database)."""
+    from tests.api.pg import SKIP_REASON, pg_bin_dir, postgres_server
+
+    if pg_bin_dir() is None:
+        pytest.skip(SKIP_REASON)
+    with postgres_server() as server:
+        yield server
+
+
+@pytest.fixture
+def pg_url(pg_server: "PgServer") -> str:
+    return pg_server.new_database()

@@ -41,6 +41,9 @@ def test_small_plan_is_synchronous_and_the_same_as_plan(client: httpx.Client) ->
     assert again.status_code == 200 and again.headers["X-Job-Id"] == job_id
     assert again.content == r.content
     assert client.get(f"/v1/plans/{job_id}").json() == body
+    page = client.get(f"/v1/plans/{job_id}/report")
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    assert "<html" in page.text and '<script src="http' not in page.text
     job = client.get(f"/v1/jobs/{job_id}").json()
     assert job["status"] == "succeeded" and job["plan_url"] == f"/v1/plans/{job_id}"
     # A preset and its expansion are the same request: same job.
@@ -73,7 +76,8 @@ def test_bad_input_names_field_and_table(client: httpx.Client) -> None:
     assert p["field"] == "model.tables[3].embedding_dim" and p["table"] == name
     assert p["type"].endswith("bad-input") and name in p["detail"]
     for bad in (b"{not json", b"[1, 2]", b'{"model": 1, "hardware": {"preset": "h100"}}'):
-        r = client.post("/v1/plans", content=bad)
+        r = client.post("/v1/plans", content=bad,
+                        headers={"Content-Type": "application/json"})
         assert r.status_code == 422 and "field" in r.json(), bad
     unknown = client.post("/v1/plans", json={**small_request(), "extra": 1})
     assert unknown.json()["field"] == "extra"
@@ -93,13 +97,15 @@ def test_infeasible_is_an_answer_with_the_reason(client: httpx.Client) -> None:
     p = r.json()
     assert p["type"].endswith("infeasible") and p["table"] == "huge"
     assert p["short_bytes"] > 0 and "huge" in p["detail"]
+    assert p["certificate"]["kind"] == "table" and p["certificate"]["table"] == "huge"
     job = client.get(f"/v1/jobs/{p['job_id']}").json()
     assert job["status"] == "infeasible" and job["error"]["short_bytes"] == p["short_bytes"]
     assert client.get(f"/v1/plans/{p['job_id']}").status_code == 404
 
 
 def test_limits(client: httpx.Client) -> None:
-    big = client.post("/v1/plans", content=b"{" + b" " * (3 * 2**20) + b"}")
+    big = client.post("/v1/plans", content=b"{" + b" " * (3 * 2**20) + b"}",
+                      headers={"Content-Type": "application/json"})
     assert big.status_code == 413 and big.headers["content-type"] == PROBLEM
     many = small_request()
     template = many["model"]["tables"][0]
@@ -116,7 +122,8 @@ def test_limits(client: httpx.Client) -> None:
 
 def test_check_and_evaluate(client: httpx.Client) -> None:
     good = client.post("/v1/plans", json=small_request()).json()
-    assert client.post("/v1/check", json=good).json() == {"ok": True, "errors": []}
+    assert client.post("/v1/check", json=good).json() == {"ok": True, "errors": [],
+                                                             "warnings": []}
     tampered = copy.deepcopy(good)
     tampered["tables"][0]["pieces"][0]["rank"] = (good["tables"][0]["pieces"][0]["rank"] + 1) % 8
     result = client.post("/v1/check", json=tampered).json()

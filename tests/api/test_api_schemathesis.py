@@ -1,7 +1,9 @@
 """Schemathesis against the live server's own OpenAPI schema: over 1,000 generated requests
 (valid and invalid, every operation, the fixture examples first), no 5xx and no response
-outside the schema (status code, content type, body)."""
+outside the schema (status code, content type, body). PLANNER_FUZZ_SCALE=2.2 makes it over
+2,000 (benchmarks/service.py runs it so and records the result)."""
 
+import os
 import signal
 import sys
 import time
@@ -23,14 +25,28 @@ from schemathesis.specs.openapi.checks import (
 
 from tests.api.conftest import LiveServer, start_server
 
-MIN_REQUESTS = 1000
-CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance,
+SCALE = float(os.environ.get("PLANNER_FUZZ_SCALE", "1"))
+MIN_REQUESTS = int(1000 * SCALE)
+
+
+@schemathesis.check
+def no_server_error(ctx, response, case):  # type: ignore[no-untyped-def]
+    """not_a_server_error, except /readyz's documented 503 while the queue is full (the fuzz
+    server's queue holds 4 jobs: generated plans fill it)."""
+    if (case.operation.path == "/readyz" and response.status_code == 503
+            and "aturated" in response.text):
+        return None
+    return not_a_server_error(ctx, response, case)
+
+
+CHECKS = [no_server_error, status_code_conformance, content_type_conformance,
           response_schema_conformance]
 # Examples per generation mode (valid, invalid), by operation: generating a whole plan for
 # /v1/check takes ~0.1 s, a request for /v1/plans ~0.03 s, so the cheap ones get more.
 EXAMPLES = {"POST /v1/plans": (100, 80), "GET /v1/plans/{plan_id}": (230, 150),
             "GET /v1/jobs/{job_id}": (230, 150), "POST /v1/evaluate": (20, 15),
-            "POST /v1/check": (12, 10), "GET /v1/schemas/{kind}": (4, 60)}
+            "POST /v1/check": (12, 10), "GET /v1/schemas/{kind}": (4, 60),
+            "DELETE /v1/jobs/{job_id}": (60, 40)}
 # Operations without inputs have one valid request and no invalid one.
 NO_INPUTS = (1, 0)
 
@@ -49,7 +65,7 @@ def fuzz_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer
         server.kill(signal.SIGTERM)
 
 
-@pytest.mark.timeout(150)
+@pytest.mark.timeout(150 * max(1.0, SCALE))
 def test_generated_requests_get_no_5xx_and_conform(fuzz_server: LiveServer) -> None:
     schema = schemathesis.openapi.from_url(fuzz_server.url + "/openapi.json")
     session = requests.Session()
@@ -57,7 +73,9 @@ def test_generated_requests_get_no_5xx_and_conform(fuzz_server: LiveServer) -> N
     start = time.monotonic()
     for result in schema.get_all_operations():
         operation = result.ok()
-        counts = EXAMPLES.get(f"{operation.method.upper()} {operation.path}", NO_INPUTS)
+        base = EXAMPLES.get(f"{operation.method.upper()} {operation.path}", NO_INPUTS)
+        counts = (base if base == NO_INPUTS
+                  else (round(base[0] * SCALE), round(base[1] * SCALE)))
         for mode, examples in zip((GenerationMode.POSITIVE, GenerationMode.NEGATIVE), counts,
                                   strict=True):
             if not examples:
@@ -77,7 +95,8 @@ def test_generated_requests_get_no_5xx_and_conform(fuzz_server: LiveServer) -> N
             run()
     elapsed = time.monotonic() - start
     served = httpx.get(fuzz_server.url + "/metrics").text
-    print(f"schemathesis: {sent} requests in {elapsed:.1f} s", file=sys.stderr)
+    print(f"schemathesis: {sent} requests in {elapsed:.1f} s, operations "
+          f"{len(list(schema.get_all_operations()))}", file=sys.stderr)
     assert sent >= MIN_REQUESTS, f"only {sent} requests generated"
     assert 'status="500"' not in served
 
