@@ -5,7 +5,7 @@ import json
 import sys
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, NoReturn
 
 import typer
 
@@ -27,6 +27,16 @@ class Policy(StrEnum):
 class Format(StrEnum):
     table = "table"
     json = "json"
+
+
+def fail_plain(message: object, code: int) -> NoReturn:
+    """`error: message` on stderr as it is, then exit with `code`. Not through rich: a rank's
+    error carries torch.distributed's text ("[/pytorch/third_party/gloo/...]"), which rich
+    would read as markup (MarkupError, exit 1 instead of `code`)."""
+    sys.stdout.flush()
+    sys.stderr.write(f"error: {message}\n")
+    sys.stderr.flush()
+    raise typer.Exit(code)
 
 
 def register(app: typer.Typer) -> None:
@@ -60,6 +70,11 @@ def register(app: typer.Typer) -> None:
         output: Annotated[Path | None, typer.Option("-o", "--output",
                                                     help="write the report JSON")] = None,
         fmt: Annotated[Format, typer.Option("--format")] = Format.table,
+        eps: Annotated[float, typer.Option(
+            help="epsilon of the Adagrad, row-wise Adagrad and Adam updates")] = 1e-8,
+        fault: Annotated[str | None, typer.Option(
+            hidden=True, help="test hook: die:RANK:STEP, kill:RANK:STEP, hang:RANK:STEP or "
+                              "alloc:RANK:BYTES")] = None,
     ) -> None:
         """Run PLAN for real on torch.distributed, one process per rank, and check it against
         the cost model and an unsharded reference. Exit 1 if a check fails, 4 if a rank dies
@@ -78,7 +93,8 @@ def register(app: typer.Typer) -> None:
         try:
             import torch  # noqa: F401
         except ImportError:
-            fail("the executor needs torch: pip install -e '.[executor]'", 2)
+            fail("the executor needs torch: pip install torch==2.13.0 (the CPU wheel; on a "
+                 "GPU machine your CUDA build of torch), or run scripts/setup.sh", 2)
         from planner.executor.job import RunOptions
         from planner.executor.launch import RankFailure
         from planner.executor.run import collect as collect_run
@@ -86,7 +102,7 @@ def register(app: typer.Typer) -> None:
 
         opts = RunOptions(steps=steps, warmup_steps=warmup_steps, seed=seed, lr=lr,
                           device=device.value, cache_policy=cache_policy.value,
-                          collective_timeout_s=collective_timeout)
+                          collective_timeout_s=collective_timeout, eps=eps, fault=fault)
         if (prepare_only or collect) and run_dir is None:
             fail("--prepare-only and --collect need --run-dir", 2)
         try:
@@ -104,9 +120,9 @@ def register(app: typer.Typer) -> None:
             else:
                 rep = execute(plan_obj, opts, scale_rows, batch, run_dir, timeout, reference)
         except RankFailure as exc:
-            fail(exc, EXIT_RANK_FAILED)
+            fail_plain(exc, EXIT_RANK_FAILED)
         except ValueError as exc:
-            fail(exc, 2)
+            fail_plain(exc, 2)
         body = json.dumps(rep.to_json(), indent=1) + "\n"
         if output is not None:
             output.write_text(body)

@@ -71,3 +71,49 @@ def all_types_plan(fwd: str = "fp32", bwd: str = "fp32", batch: int = 32) -> Pla
         {"name": n, "sharding_type": k, "tier": tier, "cache_ratio": ratio, "pieces": ps}
         for n, k, tier, ratio, ps in plans]}
     return evaluate(PlanLayout.model_validate(layout))
+
+
+def small_plan(fwd: str = "fp32", bwd: str = "fp32", batch: int = 8) -> Plan:
+    """2 ranks on one host: every optimizer (SGD, Adagrad, row-wise Adagrad, Adam, sharded and
+    data-parallel), table-, column- and row-wise pieces, hbm, ddr and an LFU/LRU-cached tier,
+    fp16 storage, several pieces per rank. What the mutation suite and the CLI failure tests
+    run: a launch takes about a second."""
+    from planner.planning import evaluate
+
+    uni: dict[str, Any] = {"kind": "uniform"}
+    tables = [
+        _table("tw_sgd", 40, 4, 3, uni, "sgd"),
+        _table("tw_adam", 30, 4, 2, uni, "adam"),
+        _table("cw_adagrad", 50, 8, 3, uni, "adagrad"),
+        _table("rw_rowwise", 60, 4, 4, uni, "rowwise_adagrad"),
+        _table("dp_adam", 16, 4, 2, uni, "adam"),
+        _table("tw_cache", 80, 4, 6, uni, "rowwise_adagrad"),
+        _table("tw_fp16", 24, 4, 2, uni, "sgd", "fp16"),
+    ]
+
+    def piece(rank: int, row0: int, rows: int, col0: int, cols: int) -> dict[str, int]:
+        return {"rank": rank, "host": 0, "row_offset": row0, "row_count": rows,
+                "col_offset": col0, "col_count": cols}
+
+    plans = [
+        ("tw_sgd", "table_wise", "hbm", None, [piece(0, 0, 40, 0, 4)]),
+        ("tw_adam", "table_wise", "hbm", None, [piece(1, 0, 30, 0, 4)]),
+        ("cw_adagrad", "column_wise", "hbm", None, [piece(0, 0, 50, 0, 4),
+                                                    piece(1, 0, 50, 4, 4)]),
+        ("rw_rowwise", "row_wise", "ddr", None, [piece(0, 0, 30, 0, 4),
+                                                 piece(1, 30, 30, 0, 4)]),
+        ("dp_adam", "data_parallel", "hbm", None, [piece(r, 0, 16, 0, 4) for r in range(2)]),
+        ("tw_cache", "table_wise", "hbm_cache", 0.25, [piece(1, 0, 80, 0, 4)]),
+        ("tw_fp16", "table_wise", "hbm", None, [piece(0, 0, 24, 0, 4)]),
+    ]
+    hw = preset_dict("h100")
+    hw.update(hosts=1, gpus_per_host=2)
+    request = {
+        "model": {"name": "executor-small", "batch_size_per_gpu": batch,
+                  "fwd_comm_precision": fwd, "bwd_comm_precision": bwd, "tables": tables},
+        "hardware": hw,
+    }
+    layout = {"request": request, "tables": [
+        {"name": n, "sharding_type": k, "tier": tier, "cache_ratio": ratio, "pieces": ps}
+        for n, k, tier, ratio, ps in plans]}
+    return evaluate(PlanLayout.model_validate(layout))

@@ -16,13 +16,18 @@ class RunOptions:
     warmup_steps: int = 0  # forward-only steps first: caches warm up, weights do not change
     seed: int = 0
     lr: float = 0.01
+    eps: float = 1e-8  # of the Adagrad, row-wise Adagrad and Adam updates
     device: str = "cpu"  # "cpu" (gloo) or "cuda" (NCCL, one GPU per rank)
     cache_policy: str = "lfu"  # or "lru"
     collective_timeout_s: float = 60.0
     keep_outputs: bool = True  # keep pooled outputs and weights for the reference check
-    # Test hook: "die:RANK:STEP" (the rank exits) or "hang:RANK:STEP" (the rank sleeps).
+    # Test hook: "die:RANK:STEP" (the rank exits), "kill:RANK:STEP" (SIGKILL, as kill -9),
+    # "hang:RANK:STEP" (the rank sleeps),
+    # or "alloc:RANK:BYTES" (the rank allocates BYTES more in every measured lookup phase).
     fault: str | None = None
     scale_rows: float = 1.0  # what the plan was scaled by (recorded for the report)
+    # Test hook: names of deliberate bugs (planner/executor/mutants.py) every rank runs with.
+    mutants: tuple[str, ...] = ()
 
 
 def write_job(run_dir: Path, plan: Plan, opts: RunOptions) -> Path:

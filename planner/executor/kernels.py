@@ -1,17 +1,56 @@
-"""The arithmetic of lookup, pooling, reduction, gradients and optimizers, shared by the ranks
-and the unsharded reference so both run the very same operations.
+"""The ranks' arithmetic: lookup and sum pooling, reduction, gradients and optimizers. The
+unsharded reference (reference.py) shares none of it.
 
-Determinism: every sum is a sequential `index_add_` in a fixed order (the global sample order,
-rank-major) or an explicit left fold; optimizer updates touch each row once, over the sorted
+Lookups are fused: `torch.nn.functional.embedding_bag(mode="sum")` pools each bag straight
+from the table (or cache), never materialising the gathered rows ([ids, cols]); the gradient
+of each looked-up row is one more fused bag sum, over the pooled gradients of the samples that
+looked it up (`row_grads_bags`). Weights stored as fp16/bf16 pool to that dtype (torch's
+kernel returns the weight's dtype) and are widened to fp32 after.
+
+Determinism: every bag is summed in its ids' order, the row gradients in (row, lookup) order,
+partial sums by an explicit left fold; optimizer updates touch each row once, over the sorted
 unique ids of a step. On CUDA, `torch.use_deterministic_algorithms(True)` (set by the worker)
-makes `index_add_` avoid order-dependent atomics.
+keeps `index_add_` (the data-parallel gradient) free of order-dependent atomics.
 """
 
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 
 from cost_models.types import Optimizer
+
+
+def bag_offsets(lengths: torch.Tensor) -> torch.Tensor:
+    """Where each bag starts in the ids (int64): the exclusive prefix sum of the lengths."""
+    n = int(lengths.sum())  # ids in all bags: no bag starts past them
+    offsets = torch.zeros(lengths.numel(), dtype=torch.int64, device=lengths.device)
+    if lengths.numel() > 1:
+        offsets[1:] = torch.cumsum(lengths, 0)[:-1]
+    offsets = offsets.clamp(max=n)
+    return offsets
+
+
+def pool_bags(weight: torch.Tensor, ids: torch.Tensor, offsets: torch.Tensor,
+              mask: torch.Tensor | None = None) -> torch.Tensor:
+    """Fused sum pooling: out[bag] = sum of weight[ids] of the bag (those where mask is 1),
+    float32 [bags, cols]."""
+    psw = None if mask is None else mask.to(weight.dtype)
+    return F.embedding_bag(ids, weight, offsets, mode="sum", per_sample_weights=psw).float()
+
+
+def row_grads_bags(ids: torch.Tensor, offsets: torch.Tensor, grad: torch.Tensor
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(sorted unique ids, the gradient of each): the pooled gradients `grad` [bags, cols] of
+    the bags that looked the row up, summed in lookup order, fused (no [ids, cols] copy)."""
+    uniq, inv, counts = torch.unique(ids, sorted=True, return_inverse=True, return_counts=True)
+    lengths = torch.diff(offsets, append=offsets.new_tensor([ids.numel()]))
+    sample = torch.repeat_interleave(torch.arange(offsets.numel(), device=ids.device), lengths)
+    order = torch.sort(inv, stable=True).indices
+    starts = torch.zeros_like(counts)
+    if counts.numel() > 1:
+        starts[1:] = torch.cumsum(counts, 0)[:-1]
+    return uniq, F.embedding_bag(sample[order], grad, starts, mode="sum")
 
 
 def pool(rows: torch.Tensor, sample: torch.Tensor, samples: int) -> torch.Tensor:

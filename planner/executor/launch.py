@@ -96,38 +96,56 @@ def _kill_all(procs: list[_Proc]) -> None:
         p.wait()
 
 
+def _cause(code: int, err: dict[str, str] | None) -> str:
+    """Why a rank ended, in words."""
+    if err is not None:
+        return err["message"]
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"killed by {name}, no report"
+    return f"exit code {code}, no report"
+
+
 def _diagnose(run_dir: Path, procs: list[_Proc], hung: bool) -> RankFailure:
     codes = {p.rank: p.poll() for p in procs}
     lines = []
-    own = []
+    own: list[int] = []
+    causes: dict[int, str] = {}
     for r, code in codes.items():
         err = _error(run_dir, r)
         where = _progress(run_dir, r)[1]
         if code is None:
-            lines.append(f"rank {r}: still running at {where}")
+            lines.append(f"rank {r}: still running, last seen at {where}")
         elif code != 0:
             kind = err["kind"] if err else "died"
-            msg = err["message"] if err else f"exit code {code}, no report"
-            lines.append(f"rank {r}: {kind} failure at {where}: {msg}")
+            causes[r] = _cause(code, err)
+            lines.append(f"rank {r}: {kind} failure, last seen at {where}: {causes[r]}")
             if kind != "collective":
                 own.append(r)
     if own and not hung:
         what = "died" if all(_error(run_dir, r) is None for r in own) else "failed"
         tails = "\n".join(f"--- rank {r} stderr ---\n{_stderr_tail(run_dir, r)}" for r in own
                           if _stderr_tail(run_dir, r))
-        head = f"rank {', '.join(map(str, own))} {what}"
+        head = f"rank {', '.join(map(str, own))} {what}: " + "; ".join(
+            f"{causes[r]} (last seen at {_progress(run_dir, r)[1]})" if len(own) == 1
+            else f"rank {r}: {causes[r]}" for r in own)
         return RankFailure(own, head + "\n" + "\n".join(lines) + ("\n" + tails if tails else ""))
     running = [r for r, c in codes.items() if c is None]
     pool = running if running and not hung else list(codes)
     low = min(_progress(run_dir, r)[0] for r in pool)
     culprits = [r for r in pool if _progress(run_dir, r)[0] == low]
-    head = (f"rank {', '.join(map(str, culprits))} hung (no progress past "
-            f"{_progress(run_dir, culprits[0])[1]})")
+    why = ("the run's deadline passed" if hung else
+           "its peers' collectives timed out waiting for it")
+    head = (f"rank {', '.join(map(str, culprits))} hung: no progress past "
+            f"{_progress(run_dir, culprits[0])[1]} ({why})")
     return RankFailure(culprits, head + "\n" + "\n".join(lines))
 
 
-_PRELOAD = ["torch", "torch.distributed", "planner.executor.worker", "planner.executor.rank",
-            "planner.executor.layout"]
+_PRELOAD = ["torch", "torch.distributed", "torch._inductor.config", "planner.executor.worker",
+            "planner.executor.rank", "planner.executor.layout"]
 
 
 def launch(run_dir: Path, world: int, timeout_s: float, start: str = "forkserver"

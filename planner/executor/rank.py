@@ -17,7 +17,8 @@ Every exchange is at the plan's forward/backward communication precision.
 """
 
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,6 +30,7 @@ from planner.executor import kernels, quant, synthetic
 from planner.executor.comm import Comm, Timer
 from planner.executor.job import RunOptions
 from planner.executor.layout import WIRE_INTS, Chunk, ExecLayout, Piece, TableExec
+from planner.executor.memprobe import MemProbe
 from planner.executor.store import DenseStore, RowStore, make_store, torch_dtype
 
 
@@ -83,8 +85,11 @@ class RankExecutor:
     def __init__(self, lay: ExecLayout, rank: int, device: torch.device, comm: Comm,
                  opts: RunOptions, work_dir: Path) -> None:
         self.lay, self.rank, self.device, self.comm, self.opts = lay, rank, device, comm, opts
-        self.optim = kernels.OptimConfig(lr=opts.lr)
+        self.optim = kernels.OptimConfig(lr=opts.lr, eps=opts.eps)
         self.b = lay.batch
+        # First, so that on CPU the profiler sees the stores being built.
+        self.mem = MemProbe(device)
+        self.ballast = _ballast(opts.fault, rank)
         self.pieces = lay.pieces_on(rank)
         self.stores: dict[str, RowStore] = {}
         for p in self.pieces:
@@ -108,11 +113,20 @@ class RankExecutor:
         self.stats: dict[str, PieceStats] = defaultdict(PieceStats)
         self.seconds: dict[str, float] = defaultdict(float)
         self.timer = Timer(device, self.seconds)
+        self.mem.mark_init()
+
+    @contextmanager
+    def _phase(self, name: str) -> Iterator[None]:
+        """Timed and its allocator peak measured (the probe's reset and read outside the
+        timer's span)."""
+        with self.mem.phase(name), self.timer(name):
+            yield
 
     def _initial(self, t: TableExec, row0: int, rows: int, col0: int, cols: int
                  ) -> tuple[torch.Tensor, torch.Tensor]:
         w = synthetic.init_weights(self.opts.seed, t.index, t.dim, row0, rows, col0, cols)
-        wt = torch.from_numpy(w).to(torch_dtype(t.data_type))
+        # copy=True: torch-owned memory, which the CPU memory probe sees (numpy's it does not).
+        wt = torch.from_numpy(w).to(torch_dtype(t.data_type), copy=True)
         st = torch.zeros((rows, kernels.state_cols(t.optimizer, cols)), dtype=torch.float32)
         return wt, st
 
@@ -127,49 +141,58 @@ class RankExecutor:
         self.comm.step = step
         batches = {t.index: synthetic.id_batch(self.opts.seed, t.index, t.access, t.rows,
                                                t.pooling, step, me, b) for t in lay.tables}
-        with self.timer("input_a2a"):
+        with self._phase("input_a2a"):
             routed = self._input_a2a(batches)
-        with self.timer("lookup"):
+        with self._phase("lookup"):
             pooled, lookups = {}, {}
+            # Test hook: bytes this rank allocates for nothing (the probe must see them).
+            ballast = (torch.ones(self.ballast, dtype=torch.uint8, device=self.device)
+                       if self.ballast and train else None)
             for p in self.pieces:
                 lengths, ids = routed[p.key]
-                sample = kernels.sample_index(lengths)
+                offsets = kernels.bag_offsets(lengths)
                 local = ids - p.row0
-                pooled[p.key] = kernels.pool(self.stores[p.key].read(local), sample,
-                                             b * lay.world)
-                lookups[p.key] = (local, sample)
+                pooled[p.key] = self.stores[p.key].pool(local, offsets)
+                lookups[p.key] = (local, offsets)
             for ti, rep in self.replicas.items():
-                lengths, ids = (torch.from_numpy(a).to(self.device) for a in batches[ti])
-                sample = kernels.sample_index(lengths)
-                pooled[f"dp{ti}"] = kernels.pool(rep.read(ids), sample, b)
-                lookups[f"dp{ti}"] = (ids, sample)
-        with self.timer("output_a2a_fwd"):
+                lengths, ids = (torch.from_numpy(a).to(self.device, copy=True)
+                                for a in batches[ti])
+                offsets = kernels.bag_offsets(lengths)
+                pooled[f"dp{ti}"] = rep.pool(ids, offsets)
+                lookups[f"dp{ti}"] = (ids, offsets)
+            del ballast
+        with self._phase("output_a2a_fwd"):
             outs = self._output_fwd(pooled)
         if train:
             grads = {}
-            for t in lay.tables:
-                target = synthetic.targets(self.opts.seed, t.index, step, me, b, t.dim)
-                grads[t.index] = outs[t.index] - torch.from_numpy(target).to(self.device)
-            with self.timer("output_a2a_bwd"):
+            with self._phase("loss"):
+                for t in lay.tables:
+                    target = synthetic.targets(self.opts.seed, t.index, step, me, b, t.dim)
+                    grads[t.index] = outs[t.index] - torch.from_numpy(target).to(
+                        self.device, copy=True)
+            with self._phase("output_a2a_bwd"):
                 full = self._output_bwd(grads)
-            with self.timer("backward"):
+            with self._phase("backward"):
                 for p in self.pieces:
-                    local, sample = lookups[p.key]
-                    uniq, g = kernels.row_grads(local, full[p.key][sample])
+                    local, offsets = lookups[p.key]
+                    uniq, g = kernels.row_grads_bags(local, offsets, full[p.key])
                     self.stores[p.key].update(uniq, self._updater(
                         lay.tables[p.table], g, step))
-            with self.timer("allreduce"):
+            with self._phase("allreduce"):
                 dense = {}
                 for ti in self.replicas:
-                    ids, sample = lookups[f"dp{ti}"]
+                    ids, offsets = lookups[f"dp{ti}"]
                     t = lay.tables[ti]
-                    dense[ti] = kernels.dense_grads(ids, grads[ti][sample], t.rows)
+                    uniq, g = kernels.row_grads_bags(ids, offsets, grads[ti])
+                    dense[ti] = torch.zeros((t.rows, t.dim), dtype=torch.float32,
+                                            device=self.device)
+                    dense[ti][uniq] = g
                     self.comm.ring_allreduce("allreduce", dense[ti], lay.bwd_precision)
-            with self.timer("backward"):
+            with self._phase("backward"):
                 for ti, rep in self.replicas.items():
                     every = torch.arange(lay.tables[ti].rows, device=self.device)
                     rep.update(every, self._updater(lay.tables[ti], dense[ti], step))
-        with self.timer("backward"):
+        with self._phase("backward"):
             for st in self.stores.values():
                 st.end_step()
         return outs
@@ -240,8 +263,8 @@ class RankExecutor:
                 self.stats[p.key].ids_bytes += nbytes
                 parts[p.key].append((lengths, ids))
         dev = self.device
-        return {k: (torch.from_numpy(np.concatenate([x[0] for x in v])).to(dev),
-                    torch.from_numpy(np.concatenate([x[1] for x in v])).to(dev))
+        return {k: (torch.from_numpy(np.concatenate([x[0] for x in v])).to(dev, copy=True),
+                    torch.from_numpy(np.concatenate([x[1] for x in v])).to(dev, copy=True))
                 for k, v in parts.items()}
 
     # -- output all-to-alls ----------------------------------------------------------------
@@ -362,6 +385,7 @@ class RankExecutor:
     # -- what the rank reports -------------------------------------------------------------
 
     def reset_counters(self) -> None:
+        self.mem.start_measuring()
         self.comm.reset()
         self.stats.clear()
         self.seconds.clear()
@@ -377,3 +401,11 @@ class RankExecutor:
             w, s = rep.dump()
             out[f"wdp{ti}"], out[f"sdp{ti}"] = w, s
         return out
+
+
+def _ballast(fault: str | None, rank: int) -> int:
+    """Bytes the fault hook "alloc:RANK:BYTES" has `rank` allocate in each measured lookup."""
+    if not fault or not fault.startswith("alloc:"):
+        return 0
+    _, r, n = fault.split(":")
+    return int(n) if int(r) == rank else 0

@@ -1,102 +1,196 @@
-"""The unsharded reference: every table whole, in one process, no communication.
+"""The unsharded reference: every table whole, in one process, in float64, no communication,
+and none of the ranks' arithmetic: this module does not import kernels.py, quant.py, rank.py or
+store.py. It uses torch's own operators only:
 
-It draws the same ids, targets and initial weights (synthetic.py) and runs the same kernels
-(kernels.py). Two things follow the plan because they are the model's arithmetic, not its
-transport: float addition is not associative, so a bag's partial sums over row ranges are
-added in row order, and the data-parallel gradient in the ring all-reduce's order per chunk;
-and row-wise Adagrad keeps one accumulator per row of each column shard (as FBGEMM and
-TorchRec do). With fp32 communication the sharded run must then match it bit for bit.
+- lookup and sum pooling: `torch.nn.functional.embedding_bag(mode="sum")` on the whole table;
+- gradients: autograd through that call, of the loss 0.5 * |pooled - target|^2 summed over
+  every sample of every rank;
+- updates: `torch.optim.SGD`, `torch.optim.Adagrad` and `torch.optim.Adam`. Sharded tables
+  are updated lazily, only the rows a step looks up (as FBGEMM's fused optimizers do): for
+  Adam, torch.optim.Adam runs on those rows with their moments loaded into its state and the
+  step count of the run (torch's SparseAdam would put epsilon elsewhere: eps * sqrt(1 -
+  beta2^t)). Data-parallel tables are dense parameters under a dense optimizer, as TorchRec
+  replicates them. Row-wise Adagrad, which torch lacks, is written here once from FBGEMM's
+  definition: per row of each column shard, state += mean over the shard's columns of g^2,
+  then w -= lr * g / (sqrt(state) + eps).
+
+What follows the plan is the model's semantics, not its transport: the storage dtype (weights
+stored as fp16/bf16 are rounded to it after every update, as the ranks store them) and the
+column shards of row-wise Adagrad (one accumulator per row of each shard, as FBGEMM and
+TorchRec keep it). The per-piece partial sums of row-split tables are returned for step 0 only
+as magnitudes: the executor's tolerance for quantized communication scales with them.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
-from planner.executor import kernels, synthetic
-from planner.executor.comm import chunk_bounds
+from cost_models.types import DataType, Optimizer
+from planner.executor import synthetic
 from planner.executor.layout import ExecLayout, TableExec
-from planner.executor.store import torch_dtype
+
+_STORAGE = {DataType.FP32: torch.float32, DataType.FP16: torch.float16,
+            DataType.BF16: torch.bfloat16}
+BETAS = (0.9, 0.999)
 
 
 @dataclass
 class ReferenceResult:
-    outputs: dict[tuple[int, int, int], torch.Tensor]  # (step, rank, table) -> [b, dim]
-    weights: dict[int, torch.Tensor]  # table -> [rows, dim] float32
+    outputs: dict[tuple[int, int, int], torch.Tensor]  # (step, rank, table) -> [b, dim] f64
+    weights: dict[int, torch.Tensor]  # table -> [rows, dim] float64
+    initial: dict[int, torch.Tensor]  # table -> [rows, dim] float64, as stored at the start
     states: dict[tuple[int, int], torch.Tensor]  # (table, chunk col0) -> [rows, state cols]
+    # Step 0, per table: sum over each bag of |w| (the magnitude fp32 pooling rounds), and per
+    # column chunk the partial sums of its row ranges ([B, cols] each): what the ranks send.
+    abs_pooled: dict[int, torch.Tensor] = field(default_factory=dict)
+    partials: dict[tuple[int, int], list[torch.Tensor]] = field(default_factory=dict)
+    max_bag: dict[int, int] = field(default_factory=dict)  # table -> longest bag, step 0
+
+
+def storage_dtype(dt: DataType) -> torch.dtype:
+    if dt not in _STORAGE:
+        raise ValueError(f"no reference for {dt.value} weights")
+    return _STORAGE[dt]
 
 
 def _batch(lay: ExecLayout, t: TableExec, seed: int, step: int
-           ) -> tuple[list[np.ndarray], list[np.ndarray]]:
+           ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(ids, offsets) of the global batch, rank-major: B = b * W bags."""
     got = [synthetic.id_batch(seed, t.index, t.access, t.rows, t.pooling, step, r, lay.batch)
            for r in range(lay.world)]
-    return [g[0] for g in got], [g[1] for g in got]
+    lengths = torch.from_numpy(np.concatenate([g[0] for g in got]))
+    ids = torch.from_numpy(np.concatenate([g[1] for g in got]))
+    offsets = torch.zeros(lengths.numel(), dtype=torch.int64)
+    offsets[1:] = torch.cumsum(lengths, 0)[:-1]
+    return ids, offsets
 
 
-def run_reference(lay: ExecLayout, seed: int, steps: int, lr: float) -> ReferenceResult:
-    cfg = kernels.OptimConfig(lr=lr)
-    b, w = lay.batch, lay.world
-    weights = {t.index: torch.from_numpy(synthetic.init_weights(seed, t.index, t.dim, 0, t.rows,
-                                                                0, t.dim)).to(
-        torch_dtype(t.data_type)) for t in lay.tables}
-    states = {(t.index, ch.col0): torch.zeros((t.rows, kernels.state_cols(t.optimizer, ch.cols)))
-              for t in lay.tables for ch in t.chunks}
-    outputs: dict[tuple[int, int, int], torch.Tensor] = {}
-    for step in range(steps):
-        for t in lay.tables:
-            lengths, ids = _batch(lay, t, seed, step)
-            tw = weights[t.index]
-            target = torch.cat([torch.from_numpy(synthetic.targets(seed, t.index, step, r, b,
-                                                                   t.dim)) for r in range(w)])
-            if t.data_parallel:
-                _data_parallel_step(t, tw, states[(t.index, 0)], lengths, ids, target, b, w,
-                                    cfg, step, outputs)
-                continue
-            lt = torch.from_numpy(np.concatenate(lengths))
-            it = torch.from_numpy(np.concatenate(ids))
-            sample = kernels.sample_index(lt)
-            out = torch.zeros((b * w, t.dim))
-            for ch in t.chunks:
-                wc = tw[:, ch.col0:ch.col0 + ch.cols]
-                ranges = [(p.row0, p.rows) for p in ch.pieces] if t.row_split else [(0, t.rows)]
-                parts = []
-                for r0, n in ranges:
-                    keep = (it >= r0) & (it < r0 + n)
-                    parts.append(kernels.pool(wc[it[keep]].float(), sample[keep], b * w))
-                out[:, ch.col0:ch.col0 + ch.cols] = kernels.fold_sum(parts)
-            for r in range(w):
-                outputs[(step, r, t.index)] = out[r * b:(r + 1) * b]
-            grad = out - target
-            for ch in t.chunks:
-                g = grad[:, ch.col0:ch.col0 + ch.cols].contiguous()
-                uniq, gu = kernels.row_grads(it, g[sample])
-                st = states[(t.index, ch.col0)]
-                wn, sn = kernels.apply_optimizer(
-                    t.optimizer, cfg, tw[uniq, ch.col0:ch.col0 + ch.cols].float(), st[uniq], gu,
-                    step + 1)
-                tw[uniq, ch.col0:ch.col0 + ch.cols] = wn.to(tw.dtype)
-                st[uniq] = sn
-    return ReferenceResult(outputs, {k: v.float() for k, v in weights.items()}, states)
+def _targets(lay: ExecLayout, t: TableExec, seed: int, step: int) -> torch.Tensor:
+    return torch.cat([torch.from_numpy(synthetic.targets(seed, t.index, step, r, lay.batch,
+                                                         t.dim)) for r in range(lay.world)]
+                     ).double()
 
 
-def _data_parallel_step(t: TableExec, tw: torch.Tensor, st: torch.Tensor,
-                        lengths: list[np.ndarray], ids: list[np.ndarray], target: torch.Tensor,
-                        b: int, w: int, cfg: kernels.OptimConfig, step: int,
-                        outputs: dict[tuple[int, int, int], torch.Tensor]) -> None:
-    dense = []
-    for r in range(w):
-        it = torch.from_numpy(ids[r])
-        sample = kernels.sample_index(torch.from_numpy(lengths[r]))
-        out = kernels.pool(tw[it].float(), sample, b)
-        outputs[(step, r, t.index)] = out
-        grad = out - target[r * b:(r + 1) * b]
-        dense.append(kernels.dense_grads(it, grad[sample], t.rows))
-    total = torch.empty_like(dense[0])
-    bounds = chunk_bounds(t.rows, w)
-    for c in range(w):
-        rows = slice(bounds[c], bounds[c + 1])
-        total[rows] = kernels.fold_sum([dense[(c + j) % w][rows] for j in range(w)])
-    every = torch.arange(t.rows)
-    wn, sn = kernels.apply_optimizer(t.optimizer, cfg, tw.float(), st, total, step + 1)
-    tw[every] = wn.to(tw.dtype)
-    st[:] = sn
+class _Table:
+    """One table's weights and optimizer state, float64."""
+
+    def __init__(self, t: TableExec, seed: int, lr: float, eps: float) -> None:
+        self.t, self.lr, self.eps = t, lr, eps
+        self.dtype = storage_dtype(t.data_type)
+        w0 = torch.from_numpy(synthetic.init_weights(seed, t.index, t.dim, 0, t.rows, 0, t.dim))
+        self.w = torch.nn.Parameter(w0.to(self.dtype).double())
+        self.initial = self.w.detach().clone()
+        opt = t.optimizer
+        self.opt: torch.optim.Optimizer | None = None
+        if opt is Optimizer.SGD:
+            self.opt = torch.optim.SGD([self.w], lr=lr)
+        elif opt is Optimizer.ADAGRAD:
+            self.opt = torch.optim.Adagrad([self.w], lr=lr, eps=eps, foreach=False)
+        elif opt is Optimizer.ADAM and t.data_parallel:
+            self.opt = torch.optim.Adam([self.w], lr=lr, betas=BETAS, eps=eps, foreach=False)
+        # Lazy Adam (sharded) keeps its moments here; row-wise Adagrad one accumulator per
+        # row of every column chunk.
+        self.m = torch.zeros((t.rows, t.dim), dtype=torch.float64)
+        self.v = torch.zeros((t.rows, t.dim), dtype=torch.float64)
+        self.rowwise = {ch.col0: torch.zeros(t.rows, dtype=torch.float64) for ch in t.chunks}
+
+    def step(self, ids: torch.Tensor, offsets: torch.Tensor, target: torch.Tensor,
+             step: int) -> torch.Tensor:
+        """Pooled outputs of the global batch, then one update; returns the outputs."""
+        self.w.grad = None
+        out = F.embedding_bag(ids, self.w, offsets, mode="sum")
+        loss = 0.5 * ((out - target) ** 2).sum()
+        loss.backward()
+        g = self.w.grad
+        assert g is not None
+        touched = torch.unique(ids)
+        with torch.no_grad():
+            if self.opt is not None:
+                self.opt.step()
+            elif self.t.optimizer is Optimizer.ROWWISE_ADAGRAD:
+                for ch in self.t.chunks:
+                    cols = slice(ch.col0, ch.col0 + ch.cols)
+                    gr = g[touched, cols]
+                    st = self.rowwise[ch.col0]
+                    st[touched] += (gr * gr).mean(dim=1)
+                    self.w[touched, cols] -= self.lr * gr / (
+                        torch.sqrt(st[touched])[:, None] + self.eps)
+            else:  # Adam on a sharded table: torch.optim.Adam on the rows looked up
+                rows = torch.nn.Parameter(self.w[touched].clone())
+                rows.grad = g[touched].clone()
+                adam = torch.optim.Adam([rows], lr=self.lr, betas=BETAS, eps=self.eps,
+                                        foreach=False)
+                # torch.optim.Adam counts this step itself: it holds the steps before it.
+                adam.state[rows] = {"step": torch.tensor(float(step - 1)),
+                                    "exp_avg": self.m[touched].clone(),
+                                    "exp_avg_sq": self.v[touched].clone()}
+                adam.step()
+                st = adam.state[rows]
+                self.m[touched] = st["exp_avg"]
+                self.v[touched] = st["exp_avg_sq"]
+                self.w[touched] = rows.detach()
+            if self.dtype is not torch.float32:  # the storage's rounding, every update
+                self.w.copy_(self.w.to(self.dtype).double())
+        return out.detach()
+
+    def states(self) -> dict[int, torch.Tensor]:
+        """Per column chunk, the optimizer state in the ranks' layout ([rows, state cols])."""
+        out = {}
+        opt = self.t.optimizer
+        for ch in self.t.chunks:
+            cols = slice(ch.col0, ch.col0 + ch.cols)
+            if opt is Optimizer.SGD:
+                out[ch.col0] = torch.zeros((self.t.rows, 0), dtype=torch.float64)
+            elif opt is Optimizer.ROWWISE_ADAGRAD:
+                out[ch.col0] = self.rowwise[ch.col0][:, None].clone()
+            elif opt is Optimizer.ADAGRAD:
+                assert self.opt is not None
+                out[ch.col0] = self.opt.state[self.w]["sum"][:, cols].clone() if \
+                    self.opt.state else torch.zeros((self.t.rows, ch.cols), dtype=torch.float64)
+            elif self.t.data_parallel:
+                assert self.opt is not None
+                st = self.opt.state[self.w]
+                out[ch.col0] = torch.cat([st["exp_avg"][:, cols], st["exp_avg_sq"][:, cols]],
+                                         dim=1) if st else torch.zeros(
+                    (self.t.rows, 2 * ch.cols), dtype=torch.float64)
+            else:
+                out[ch.col0] = torch.cat([self.m[:, cols], self.v[:, cols]], dim=1)
+        return out
+
+
+def run_reference(lay: ExecLayout, seed: int, steps: int, lr: float,
+                  eps: float = 1e-8) -> ReferenceResult:
+    b = lay.batch
+    res = ReferenceResult({}, {}, {}, {})
+    for t in lay.tables:
+        tab = _Table(t, seed, lr, eps)
+        res.initial[t.index] = tab.initial
+        for step in range(steps):
+            ids, offsets = _batch(lay, t, seed, step)
+            if step == 0:
+                _magnitudes(res, t, tab.w.detach(), ids, offsets)
+            out = tab.step(ids, offsets, _targets(lay, t, seed, step), step + 1)
+            for r in range(lay.world):
+                res.outputs[(step, r, t.index)] = out[r * b:(r + 1) * b]
+        res.weights[t.index] = tab.w.detach().clone()
+        for col0, st in tab.states().items():
+            res.states[(t.index, col0)] = st
+    return res
+
+
+def _magnitudes(res: ReferenceResult, t: TableExec, w: torch.Tensor, ids: torch.Tensor,
+                offsets: torch.Tensor) -> None:
+    res.abs_pooled[t.index] = F.embedding_bag(ids, w.abs(), offsets, mode="sum")
+    ends = torch.cat([offsets[1:], torch.tensor([ids.numel()])])
+    res.max_bag[t.index] = int((ends - offsets).max()) if offsets.numel() else 0
+    for ch in t.chunks:
+        wc = w[:, ch.col0:ch.col0 + ch.cols]
+        ranges = [(p.row0, p.rows) for p in ch.pieces] if t.row_split else [(0, t.rows)]
+        parts = []
+        for r0, n in ranges:
+            inside = ((ids >= r0) & (ids < r0 + n)).double()
+            parts.append(F.embedding_bag(ids, wc, offsets, mode="sum",
+                                         per_sample_weights=inside))
+        res.partials[(t.index, ch.col0)] = parts

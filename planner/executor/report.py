@@ -53,6 +53,24 @@ def render(rep: ExecutionReport, out: Console) -> None:
         t.add_row(str(r["rank"]), *[f"{_b(mem[k]['measured'])} / {_b(mem[k]['predicted'])}"
                                     for k in ("hbm", "ddr", "ssd")], _b(r["executor_extra_ddr"]))
     out.print(t)
+    if any("peak_memory" in r for r in rep.ranks):
+        t = Table(title="memory peak, bytes, allocator-measured (per phase, over the measured "
+                        "steps) / memory model")
+        t.add_column("rank", justify="right")
+        t.add_column("model", justify="right")
+        t.add_column("step peak", justify="right")
+        t.add_column("ratio", justify="right")
+        t.add_column("held after init", justify="right")
+        t.add_column("largest phase transients", justify="left")
+        for r in rep.ranks:
+            pm = r.get("peak_memory")
+            if pm is None:
+                continue
+            tr = sorted(pm["phase_transient"].items(), key=lambda kv: -kv[1])[:3]
+            t.add_row(str(r["rank"]), _b(pm["predicted"]), _b(pm["measured_step_peak"]),
+                      f"{pm['ratio']:.3g}", _b(pm["held_after_init"]),
+                      ", ".join(f"{k} +{_b(v)}" for k, v in tr))
+        out.print(t)
     cached = [p for p in rep.pieces if p["hit_rate"]["predicted"] is not None]
     if cached:
         t = Table(title="cache hit rate (measured / predicted)")

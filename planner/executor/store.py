@@ -23,6 +23,7 @@ import torch
 
 from cost_models import Tier, cache_rows
 from cost_models.types import DataType
+from planner.executor import kernels
 
 UpdateFn = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 _DTYPES = {DataType.FP32: torch.float32, DataType.FP16: torch.float16,
@@ -57,6 +58,10 @@ class RowStore:
     def read(self, ids: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
+    def pool(self, ids: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+        """Fused lookup and sum pooling of bags of rows: float32 [bags, cols]."""
+        raise NotImplementedError
+
     def update(self, uniq: torch.Tensor, fn: UpdateFn) -> None:
         raise NotImplementedError
 
@@ -86,6 +91,13 @@ class DenseStore(RowStore):
         # index_select: a plain row gather, several times faster than advanced indexing.
         rows = torch.index_select(self.w, 0, ids.to(self.w.device))
         return rows.to(self.device, torch.float32)
+
+    def pool(self, ids: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+        self.lookups += int(ids.numel())
+        if self.tier is Tier.HBM:
+            self.hits += int(ids.numel())
+        dev = self.w.device
+        return kernels.pool_bags(self.w, ids.to(dev), offsets.to(dev)).to(self.device)
 
     def update(self, uniq: torch.Tensor, fn: UpdateFn) -> None:
         u = uniq.to(self.w.device)
@@ -148,15 +160,28 @@ class CachedStore(RowStore):
         miss = ~hit.cpu()
         out[miss.to(self.device)] = torch.index_select(self.w, 0, ids_h[miss]).to(
             self.device, torch.float32)
+        self._count(ids_h, hit)
+        return out
+
+    def pool(self, ids: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+        """Hits pooled from the cache, misses from the backing store, each fused (the other
+        side's ids masked out), then added."""
+        hit, slot = self._find(ids)
+        ids_h = ids.cpu()
+        cached = kernels.pool_bags(self.cw, slot, offsets.to(self.cache_device), hit)
+        missed = kernels.pool_bags(self.w, ids_h, offsets.cpu(), ~hit.cpu())
+        self._count(ids_h, hit)
+        return cached.to(self.device) + missed.to(self.device)
+
+    def _count(self, ids_h: torch.Tensor, hit: torch.Tensor) -> None:
         self.hits += int(hit.sum())
-        self.lookups += int(ids.numel())
+        self.lookups += int(ids_h.numel())
         self.clock += 1
         if self.policy == "lfu":
             self.score.index_add_(0, ids_h, torch.ones_like(ids_h))
         else:
             self.score[ids_h] = self.clock
         self.touched.append(ids_h)
-        return out
 
     def update(self, uniq: torch.Tensor, fn: UpdateFn) -> None:
         hit, slot = self._find(uniq)

@@ -9,6 +9,7 @@ for the reference check), rankN.hb (heartbeat) and, if it fails, rankN.err.
 import datetime
 import json
 import os
+import signal
 import sys
 import threading
 import time
@@ -27,13 +28,15 @@ def _watch_launcher(pid: int) -> None:
 
 
 def _apply_fault(fault: str | None, rank: int, step: int) -> None:
-    if not fault:
+    if not fault or fault.startswith("alloc:"):  # alloc: the rank's memory hook (rank.py)
         return
     kind, r, s = fault.split(":")
     if int(r) != rank or int(s) != step:
         return
     if kind == "die":
         os._exit(13)
+    if kind == "kill":  # as `kill -9` from outside
+        os.kill(os.getpid(), signal.SIGKILL)
     if kind == "hang":
         time.sleep(3600)
 
@@ -48,6 +51,10 @@ def run(run_dir: Path, rank: int, world: int, local_rank: int) -> dict:
     from planner.executor.rank import RankExecutor
 
     plan, opts = read_job(run_dir)
+    if opts.mutants:
+        from planner.executor.mutants import apply
+
+        apply(opts.mutants)
     lay = exec_layout(plan)
     if lay.world != world:
         raise ValueError(f"the plan has {lay.world} ranks, the launcher started {world}")
@@ -75,13 +82,19 @@ def run(run_dir: Path, rank: int, world: int, local_rank: int) -> dict:
             _apply_fault(opts.fault, rank, s)
             outs = ex.step(s, train=True)
             if opts.keep_outputs:
+                # Kept as numpy copies: harness memory outside torch's allocator, so that on
+                # CPU the memory probe does not count the outputs kept for the reference.
                 for ti, o in outs.items():
-                    outputs[f"out{s}.{ti}"] = o.cpu()
+                    outputs[f"out{s}.{ti}"] = o.detach().cpu().numpy().copy()
         hb.mark(opts.steps, "done")
+        peak = ex.mem.finish()
         dist.barrier()
         result = _measurements(ex, opts.steps, device)
+        result["peak_memory"] = peak
+        result["software"] = _software(device)
         if opts.keep_outputs:
-            torch.save({**outputs, **ex.dump()}, tensors_file(run_dir, rank))
+            kept = {k: torch.from_numpy(v) for k, v in outputs.items()}
+            torch.save({**kept, **ex.dump()}, tensors_file(run_dir, rank))
         return result
     finally:
         dist.destroy_process_group()
@@ -110,6 +123,21 @@ def _measurements(ex: "object", steps: int, device: "object") -> dict:
         "memory": {f: sum(getattr(m, f) for m in mem) for f in ("hbm", "ddr", "ssd",
                                                                 "extra_ddr")},
     }
+
+
+def _software(device: "object") -> dict:
+    import platform
+
+    import torch
+
+    out = {"torch": torch.__version__, "python": platform.python_version()}
+    if getattr(device, "type", "") == "cuda":
+        out["gpu"] = torch.cuda.get_device_name(device)  # type: ignore[arg-type]
+        out["cuda"] = torch.version.cuda
+        out["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
+        props = torch.cuda.get_device_properties(device)  # type: ignore[arg-type]
+        out["hbm_total_bytes"] = props.total_memory
+    return out
 
 
 def rank_main(run_dir: Path, rank: int, world: int, local_rank: int) -> int:

@@ -1,0 +1,189 @@
+"""Memory a rank really allocates, per phase of a step: measured by the allocator, not counted
+from the shapes the memory model uses.
+
+CUDA: the caching allocator's own statistics. Before each phase the device is synchronised and
+the peak statistics reset (torch.cuda.reset_peak_memory_stats); after it, the phase's peak is
+torch.cuda.max_memory_allocated (bytes in live tensors, the figure compared with the model)
+and max_memory_reserved (bytes the allocator held from the driver, fragmentation included).
+Every step's GPU work runs inside some phase, so the step's peak is the largest phase peak.
+
+CPU: torch.profiler with profile_memory=True records every allocation and free the c10 CPU
+allocator makes (size, address, time); the probe replays them in time order, matching frees
+to allocations by address, and takes the peak of live bytes inside each phase (a
+record_function range). Frees made on the collectives' own threads are not recorded: such a
+block counts until its address is handed out again, so the CPU figure can only err upwards
+(tens of KB in the 4-rank test plan). Memory not from torch's allocator (numpy arrays,
+memory-mapped files) is not seen: the executor copies what it takes from numpy into
+torch-owned tensors on every device. A CPU run keeps every tier in one memory, so its peak
+is compared with the model's HBM plus DDR for the rank. The process's resident-set
+high-water mark (VmHWM) is recorded beside it as a cross-check, not compared.
+"""
+
+from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+
+# What the executor's own phases are called; "loss" is the targets and pooled gradients,
+# between the forward output all-to-all and the backward one.
+PHASES = ("input_a2a", "lookup", "output_a2a_fwd", "loss", "output_a2a_bwd", "backward",
+          "allreduce")
+_TAG = "mem::"
+
+
+class MemProbe:
+    """Peak allocated bytes per phase, over the steps measured (after `start_measuring`)."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.cuda = device.type == "cuda"
+        self.measuring = False
+        self.peak: dict[str, int] = defaultdict(int)  # phase -> peak allocated bytes
+        self.reserved: dict[str, int] = defaultdict(int)  # phase -> peak reserved (CUDA)
+        # phase -> most bytes a phase allocated above what was allocated as it began
+        self.transient: dict[str, int] = defaultdict(int)
+        self.step_start = 0  # allocated as the first measured phase began
+        self.init_bytes = 0  # allocated after the rank's tables were built
+        self.init_peak = 0
+        self._prof: Any = None
+        if self.cuda:
+            torch.cuda.synchronize(device)
+            torch.cuda.reset_peak_memory_stats(device)
+        else:
+            from torch.profiler import ProfilerActivity, profile
+
+            self._prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
+            self._prof.__enter__()
+
+    def mark_init(self) -> None:
+        """After the rank's stores exist: what they hold, and the peak of building them."""
+        if self.cuda:
+            torch.cuda.synchronize(self.device)
+            self.init_bytes = torch.cuda.memory_allocated(self.device)
+            self.init_peak = torch.cuda.max_memory_allocated(self.device)
+        else:
+            with torch.profiler.record_function(_TAG + "init_mark"):
+                pass
+
+    def start_measuring(self) -> None:
+        """Peaks before this (warm-up steps) are dropped."""
+        self.measuring = True
+        self.peak.clear()
+        self.reserved.clear()
+        self.transient.clear()
+        self.step_start = -1
+        if not self.cuda:
+            with torch.profiler.record_function(_TAG + "measure_mark"):
+                pass
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        if self.cuda:
+            torch.cuda.synchronize(self.device)
+            start = torch.cuda.memory_allocated(self.device)
+            if self.measuring and self.step_start < 0:
+                self.step_start = start
+            torch.cuda.reset_peak_memory_stats(self.device)
+            try:
+                yield
+            finally:
+                torch.cuda.synchronize(self.device)
+                if self.measuring:
+                    top = torch.cuda.max_memory_allocated(self.device)
+                    self.peak[name] = max(self.peak[name], top)
+                    self.transient[name] = max(self.transient[name], top - start)
+                    self.reserved[name] = max(self.reserved[name],
+                                              torch.cuda.max_memory_reserved(self.device))
+        else:
+            with torch.profiler.record_function(_TAG + ("m:" if self.measuring else "w:")
+                                                + name):
+                yield
+
+    def finish(self) -> dict[str, Any]:
+        """Stop measuring; the figures as JSON."""
+        if not self.cuda:
+            self._prof.__exit__(None, None, None)
+            self._replay()
+            self._prof = None
+        out: dict[str, Any] = {
+            "how": ("torch.cuda caching allocator: max_memory_allocated per phase"
+                    if self.cuda else "torch.profiler memory events (c10 CPU allocator)"),
+            "phase_peak": dict(self.peak),
+            "phase_transient": dict(self.transient),
+            "step_start": self.step_start,
+            "step_peak": max(self.peak.values(), default=0),
+            "init_bytes": self.init_bytes,
+            "init_peak": self.init_peak,
+            "rss_hwm": _vm_hwm(),
+        }
+        if self.cuda:
+            out["phase_reserved_peak"] = dict(self.reserved)
+            out["step_reserved_peak"] = max(self.reserved.values(), default=0)
+            stats = torch.cuda.memory_stats(self.device)
+            out["num_alloc_retries"] = int(stats.get("num_alloc_retries", 0))
+            out["num_ooms"] = int(stats.get("num_ooms", 0))
+        return out
+
+    def _replay(self) -> None:
+        """Live bytes over time from the profiler's allocation events; peaks per phase."""
+        events: list[tuple[int, int, int, str | None]] = []  # (time, ptr, size, phase)
+
+        def walk(node: Any, phase: str | None) -> None:
+            name = node.name
+            if name.startswith(_TAG):
+                phase = name[len(_TAG):]
+                events.append((node.start_time_ns, 0, 0, phase))  # phase entry marker
+            ef = node.extra_fields
+            if type(ef).__name__ == "_ExtraFields_Allocation" and ef.device.type == "cpu":
+                events.append((node.start_time_ns, int(ef.ptr), int(ef.alloc_size), phase))
+            for c in node.children:
+                walk(c, phase)
+
+        for root in self._prof.profiler.kineto_results.experimental_event_tree():
+            walk(root, None)
+        events.sort(key=lambda e: e[0])
+        live: dict[int, tuple[int, str | None]] = {}
+        total = 0
+        measuring = False
+        init_done = False
+        start = 0
+        for _, ptr, size, phase in events:
+            if ptr == 0 and size == 0:  # a phase or mark begins
+                if phase == "init_mark":
+                    self.init_bytes = total
+                    init_done = True
+                elif phase == "measure_mark":
+                    measuring = True
+                elif measuring and phase is not None and phase.startswith("m:"):
+                    start = total
+                    if self.step_start < 0:
+                        self.step_start = total
+                    self.peak[phase[2:]] = max(self.peak[phase[2:]], total)
+                continue
+            if size > 0:
+                # An address handed out again was freed, whether or not the profiler saw the
+                # free (frees on the collectives' threads are not recorded).
+                total += size - live.pop(ptr, (0, None))[0]
+                live[ptr] = (size, phase)
+            elif ptr in live:  # frees of memory allocated before profiling are not seen
+                total -= live.pop(ptr)[0]
+            if not init_done:
+                self.init_peak = max(self.init_peak, total)
+            if measuring and phase is not None and phase.startswith("m:"):
+                p = phase[2:]
+                self.peak[p] = max(self.peak[p], total)
+                self.transient[p] = max(self.transient[p], total - start)
+
+
+def _vm_hwm() -> int | None:
+    """The process's peak resident set (bytes), from /proc; None where there is none."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
