@@ -4,7 +4,13 @@ from cost_models.access import AccessModel, CurveAccess, UniformAccess, ZipfAcce
 from cost_models.cost import CostBreakdown, piece_cost, traffic_cost
 from cost_models.geometry import ModelGeom, TableGeom, cache_rows
 from cost_models.hardware import CostConstants, HardwareProfile
-from cost_models.memory import MemoryFootprint, piece_memory
+from cost_models.memory import (
+    MemoryFootprint,
+    StepBuffers,
+    owner_buffers,
+    piece_buffers,
+    piece_memory,
+)
 from cost_models.placement import owner_wait, piece_sides
 from cost_models.traffic import PieceTraffic, hit_rate, piece_traffic
 from cost_models.types import CommPrecision, DataType, Optimizer, ShardingType, Tier
@@ -22,13 +28,16 @@ __all__ = [
     "Optimizer",
     "PieceTraffic",
     "ShardingType",
+    "StepBuffers",
     "TableGeom",
     "Tier",
     "UniformAccess",
     "ZipfAccess",
     "cache_rows",
     "hit_rate",
+    "owner_buffers",
     "owner_wait",
+    "piece_buffers",
     "piece_cost",
     "piece_memory",
     "piece_sides",

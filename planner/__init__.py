@@ -1,6 +1,6 @@
 """Embedding-table sharding planner: `plan(request) -> Plan`."""
 
-from planner.errors import BadInputError, InfeasibleError, PlannerError
+from planner.errors import BadInputError, InfeasibleError, NoPlanFoundError, PlannerError
 from planner.plan_model import Plan, PlanLayout
 from planner.planning import plan
 from planner.spec import HardwareRef, HardwareSpec, ModelSpec, PlanOptions, PlanRequest, TableSpec
@@ -11,6 +11,7 @@ __all__ = [
     "HardwareSpec",
     "InfeasibleError",
     "ModelSpec",
+    "NoPlanFoundError",
     "Plan",
     "PlanLayout",
     "PlanOptions",

@@ -15,6 +15,11 @@ best plan's slowest GPU is M, every chosen candidate has its largest piece <= M,
   S(M) = sum_t min{ work[t,c] + lambda . mem[t,c] : max_piece[t,c] <= M } - lambda . cap <= W*M.
 S is a non-increasing step function of M, so the smallest M that satisfies this is found by
 bisection over the candidates' max_piece values; it is a valid lower bound.
+Pins tighten it: the tables pinned inside a set P of ranks put all their pieces on P, so the
+same two bounds hold on P alone, with |P| GPUs (and P's share of HBM, DDR and SSD) in place
+of the cluster's; each distinct pin set is tried, with every table pinned inside it (the
+owner side of the all-to-alls is at least zero, so leaving it out keeps the bound valid). It
+is folded into balanced_s, which it never lowers.
 None of this reads the plan the partitioner chose.
 """
 
@@ -35,6 +40,7 @@ class LowerBound:
     memory_priced: bool
     prices: tuple[float, float, float]  # lambda for HBM, DDR, SSD, seconds per byte
     solver_s: float = 0.0  # CP-SAT's best bound on the exact model, when it ran
+    pinned_s: float = 0.0  # the pinned-set part of balanced_s (0 without pins)
 
     def with_solver(self, solver_s: float) -> "LowerBound":
         """Adopt the solver's bound where it is tighter (it is valid over the same space)."""
@@ -117,32 +123,89 @@ def balanced_bound(work: np.ndarray, maxp: np.ndarray, mem: np.ndarray, caps: np
     return m
 
 
+# Pin sets tried: the _MAX_PIN_SETS whose own tables weigh most per GPU get the plain
+# average bound; the full one (memory prices, balanced) runs on the _FULL_PIN_SETS of them
+# whose plain bound is highest. Any subset of sets gives a valid bound; this keeps it cheap.
+_MAX_PIN_SETS, _FULL_PIN_SETS = 256, 8
+
+
+def _work_bounds(cands: list[list[Candidate]], caps: np.ndarray, gpus: int,
+                 pipelined: bool) -> tuple[float, float, float, np.ndarray]:
+    """(plain average, memory-priced average, balanced, prices) of `cands` on `gpus` GPUs
+    holding `caps` of HBM, DDR and SSD: every bound of the module docstring but the largest
+    piece."""
+    mem = _memory(cands)
+    maxp = _matrix(cands, "max_piece")
+    if pipelined:
+        parts = [("comp_work", 1.0), ("comm_work", 1.0), ("work", 2.0)]
+    else:
+        parts = [("work", 1.0)]
+    plain, priced, balanced, prices = 0.0, 0.0, 0.0, np.zeros(3)
+    for attr, divisor in parts:
+        work = _matrix(cands, attr)
+        plain = max(plain, float(work.min(axis=1).sum()) / (gpus * divisor))
+        value, lam = lagrangian_bound(work, mem, caps)
+        if value / (gpus * divisor) > priced:
+            priced, prices = value / (gpus * divisor), lam
+        for trial in (np.zeros(3), lam):
+            balanced = max(balanced, balanced_bound(work, maxp, mem, caps, trial,
+                                                    gpus * divisor))
+    return plain, priced, balanced, prices
+
+
+def pinned_bound(problem: Problem, cands: list[list[Candidate]]) -> float:
+    """The balanced and average bounds on each pin set P alone, over the tables pinned
+    inside P (see the module docstring); 0 when no table is pinned to fewer than all GPUs."""
+    hw = problem.hw
+    w, g = hw.world_size, hw.gpus_per_host
+    by_set: dict[int, list[int]] = {}  # pin set as a bit mask -> its tables
+    sizes: dict[int, int] = {}
+    for i, t in enumerate(problem.tables):
+        pins = set(t.constraints.pinned_ranks or ())
+        if pins and len(pins) < w:
+            mask = sum(1 << r for r in pins)
+            by_set.setdefault(mask, []).append(i)
+            sizes[mask] = len(pins)
+    if not by_set:
+        return 0.0
+    pipelined = problem.model.pipelined
+    parts = ("comp_work", "comm_work", "work") if pipelined else ("work",)
+    floors = {a: _matrix(cands, a).min(axis=1) for a in parts}
+
+    def plain(idx: list[int], gpus: int) -> float:
+        out = [float(floors[a][idx].sum()) / gpus for a in parts]
+        return max(out[0], out[1], out[2] / 2) if pipelined else out[0]
+
+    # Which sets P to try: the _MAX_PIN_SETS whose own tables weigh most per GPU; each then
+    # with every table whose pin set lies inside it.
+    tried = sorted(by_set, key=lambda m: (-plain(by_set[m], sizes[m]), m))[:_MAX_PIN_SETS]
+    members = {p: [i for q, idx in by_set.items() if q & ~p == 0 for i in idx] for p in tried}
+    quick = {p: plain(members[p], sizes[p]) for p in tried}
+    best = max(quick.values())
+    for p in sorted(tried, key=lambda m: (-quick[m], m))[:_FULL_PIN_SETS]:
+        sub = [cands[i] for i in sorted(members[p])]
+        hosts = len({r // g for r in range(w) if p >> r & 1})
+        caps = np.array([sizes[p] * hw.hbm_cap, hosts * hw.ddr_cap, hosts * hw.ssd_cap],
+                        dtype=float)
+        _, priced, balanced, _ = _work_bounds(sub, caps, sizes[p], pipelined)
+        best = max(best, priced, balanced)
+    return best
+
+
 def lower_bound(problem: Problem, cands: list[list[Candidate]]) -> LowerBound:
     hw = problem.hw
     w = hw.world_size
     largest = float(_matrix(cands, "max_piece").min(axis=1).max())
-    mem = _memory(cands)
     caps = np.array([w * hw.hbm_cap, hw.hosts * hw.ddr_cap, hw.hosts * hw.ssd_cap], dtype=float)
-    if problem.model.pipelined:
-        parts = [("comp_work", 1.0), ("comm_work", 1.0), ("work", 2.0)]
-    else:
-        parts = [("work", 1.0)]
-    maxp = _matrix(cands, "max_piece")
-    plain, priced, balanced, prices = 0.0, 0.0, 0.0, np.zeros(3)
-    for attr, divisor in parts:
-        work = _matrix(cands, attr)
-        plain = max(plain, float(work.min(axis=1).sum()) / (w * divisor))
-        value, lam = lagrangian_bound(work, mem, caps)
-        if value / (w * divisor) > priced:
-            priced, prices = value / (w * divisor), lam
-        for trial in (np.zeros(3), lam):
-            balanced = max(balanced, balanced_bound(work, maxp, mem, caps, trial, w * divisor))
+    plain, priced, balanced, prices = _work_bounds(cands, caps, w, problem.model.pipelined)
+    pinned = pinned_bound(problem, cands)
     average = max(plain, priced)
     return LowerBound(
-        value_s=max(average, largest, balanced),
+        value_s=max(average, largest, balanced, pinned),
         average_s=average,
         largest_piece_s=largest,
-        balanced_s=balanced,
+        balanced_s=max(balanced, pinned),
         memory_priced=priced > plain * (1 + 1e-9),
         prices=(float(prices[0]), float(prices[1]), float(prices[2])),
+        pinned_s=pinned,
     )

@@ -15,6 +15,7 @@ import numpy as np
 from cost_models import (
     ShardingType,
     Tier,
+    piece_buffers,
     piece_memory,
     piece_sides,
     piece_traffic,
@@ -86,6 +87,11 @@ class Candidate:
     ssd_total: int
 
     @property
+    def total_bytes(self) -> int:
+        """HBM, DDR and SSD bytes together."""
+        return self.hbm_total + self.ddr_total + self.ssd_total
+
+    @property
     def label(self) -> str:
         width = int(self.groups[0].geometry[0, 3])
         split = f" {width}-col chunks" if self.kind in _COLUMN_SPLIT else ""
@@ -93,8 +99,13 @@ class Candidate:
         return f"{self.kind.value}{split} {self.tier.value}{ratio}"
 
     def dominance_key(self) -> tuple[float, ...]:
+        # A world-scope candidate (data-parallel, row-wise) puts bytes on every GPU, even a
+        # full one; a one-GPU candidate with more bytes in total is not worse for fitting
+        # (a tiny table whose replica is leaner than its table-wise piece with its step
+        # buffers must keep both), hence the bytes forced onto every GPU as an axis.
+        every = min(int(g.hbm.min()) for g in self.groups) if self.scope is Scope.WORLD else 0
         return (self.work, self.max_piece, float(self.hbm_total), float(self.ddr_total),
-                float(self.ssd_total), float(self.max_piece_hbm))
+                float(self.ssd_total), float(self.max_piece_hbm), float(every))
 
 
 _COLUMN_SPLIT = frozenset(
@@ -139,6 +150,28 @@ def _tier_options(t: TableInfo, slow_tiers: bool) -> list[tuple[Tier, float | No
     return opts
 
 
+def _fitting_ratios(problem: Problem, t: TableInfo, tiers: list[tuple[Tier, float | None]]
+                    ) -> list[tuple[Tier, float]]:
+    """Beyond the grid: the largest cache ratio (in hundredths) whose whole-table cache still
+    fits one GPU's HBM (hbm_cache) or one host's DDR (ssd), when it lies above the grid's
+    largest; a layout with it can be several times faster than the grid's best."""
+    hw, rows, dim = problem.hw, t.geom.rows, t.geom.dim
+    out: list[tuple[Tier, float]] = []
+    allowed = set(t.constraints.memory_tiers or list(Tier))
+    for tier, grid, cap, whole in ((Tier.HBM_CACHE, HBM_CACHE_RATIOS, hw.hbm_cap, Tier.HBM),
+                                   (Tier.SSD, SSD_CACHE_RATIOS, hw.ddr_cap, Tier.DDR)):
+        # Only where the faster tier cannot hold the whole table (or is not allowed): else
+        # that tier beats any cache in front of the slower one, and costing it is wasted.
+        if (tier, grid[0]) not in tiers or (whole in allowed and t.bytes <= cap):
+            continue
+        full = piece_memory(t.geom, tier, 1.0, rows, dim, hw)
+        per_all = full.hbm if tier is Tier.HBM_CACHE else full.ddr
+        ratio = min(1.0, math.floor(100 * cap / max(per_all, 1)) / 100)
+        if ratio > grid[-1]:
+            out.append((tier, ratio))
+    return out
+
+
 class _Coster:
     """Costs the distinct piece shapes of a group once: row-wise pieces repeat two shapes."""
 
@@ -157,18 +190,24 @@ class _Coster:
                                     p.hw, p.model)
             c = traffic_cost(traffic, p.hw)
             m = piece_memory(t.geom, self.tier, self.ratio, rows, cols, p.hw)
+            buf = piece_buffers(t.geom, self.kind is ShardingType.DATA_PARALLEL, rows, cols,
+                                p.hw.world_size, p.model).total
             inter, rate = piece_sides(traffic)
-            self.memo[key] = (c.compute, c.comm, m.hbm, m.ddr, m.ssd, *inter.tolist(),
+            self.memo[key] = (c.compute, c.comm, m.hbm + buf, m.ddr, m.ssd, *inter.tolist(),
                               *rate.tolist())
         return self.memo[key]
 
     def group(self, geometry: np.ndarray) -> Group:
         # One integer key per (rows, cols) shape: cols < 2**17 always (MAX_DIM = 65536).
-        keys = (geometry[:, 1] << 17) | geometry[:, 3]
-        shapes, inverse = np.unique(keys, return_inverse=True)
-        costed = np.array([self._shape(int(k >> 17), int(k & 0x1FFFF)) for k in shapes],
-                          dtype=np.float64)
-        values = costed[inverse]
+        if len(geometry) == 1:  # most groups: one piece, one shape
+            values = np.array([self._shape(int(geometry[0, 1]), int(geometry[0, 3]))],
+                              dtype=np.float64)
+        else:
+            keys = (geometry[:, 1] << 17) | geometry[:, 3]
+            shapes, inverse = np.unique(keys, return_inverse=True)
+            costed = np.array([self._shape(int(k >> 17), int(k & 0x1FFFF)) for k in shapes],
+                              dtype=np.float64)
+            values = costed[inverse]
         # Byte counts are exact integers (< 2**53), so the float round trip is lossless.
         as_int = values[:, 2:5].astype(np.int64)
         return Group(geometry=geometry, comp=values[:, 0].copy(), comm=values[:, 1].copy(),
@@ -288,6 +327,7 @@ def enumerate_candidates(problem: Problem, t: TableInfo, slow_tiers: bool,
     hw = problem.hw
     huge = t.bytes > SLOW_TIER_PRESSURE * hw.world_size * hw.hbm_cap
     tiers = _tier_options(t, slow_tiers or huge)
+    tiers += _fitting_ratios(problem, t, tiers)
     pinned = set(t.constraints.pinned_ranks) if t.constraints.pinned_ranks else None
     out: list[Candidate] = []
     for kind, scope, shape in _shapes(problem, t):
@@ -317,3 +357,29 @@ def _pins_allow(scope: Scope, shape: list[np.ndarray], pinned: set[int],
                 scope is Scope.HOST_FREE and len(local) >= need):
             hosts_ok += 1
     return hosts_ok >= (len(shape) if scope is Scope.HOST_FIXED else 1)
+
+
+# How a layout's pieces of each sharding type group for placement (see the module docstring).
+_SCOPE_OF = {
+    ShardingType.TABLE_WISE: Scope.GPU, ShardingType.COLUMN_WISE: Scope.GPU,
+    ShardingType.ROW_WISE: Scope.WORLD, ShardingType.DATA_PARALLEL: Scope.WORLD,
+    ShardingType.TABLE_ROW_WISE: Scope.HOST_FIXED, ShardingType.GRID: Scope.HOST_FIXED,
+    ShardingType.TABLE_COLUMN_WISE: Scope.HOST_FREE,
+}
+
+
+def candidate_of_pieces(problem: Problem, t: TableInfo, kind: ShardingType, tier: Tier,
+                        ratio: float | None,
+                        pieces: list[tuple[int, int, int, int]]) -> Candidate:
+    """The candidate a given layout's table stands for (its own shape, tier and cache ratio,
+    which may lie outside the enumerated grid), costed like every other candidate; pieces are
+    (row_offset, rows, col_offset, cols). Used so a bound covers a foreign layout too."""
+    scope = _SCOPE_OF[kind]
+    if scope is Scope.GPU:
+        groups = [_geo([p]) for p in pieces]
+    elif kind is ShardingType.GRID:
+        bands = sorted({p[2] for p in pieces})
+        groups = [_geo([p for p in pieces if p[2] == c0]) for c0 in bands]
+    else:
+        groups = [_geo(pieces)]
+    return _build(problem, t, kind, scope, groups, tier, ratio)

@@ -9,22 +9,34 @@ compares them with what the plan reports:
 - every piece sits on a GPU that exists, on the host that GPU belongs to, on a rank its
   constraints allow, in a tier and sharding type they allow;
 - every GPU's HBM and every host's DDR and SSD stays within its cap;
-- the per-GPU and per-host figures equal the recomputed ones, and the summary equals what
-  the per-GPU figures add up to; the plan hash matches the content.
+- every figure the plan states equals its recomputed value, field by field, and a failure
+  names the field ("gpus[3].cost.output_a2a_s: plan says X, recomputed Y"): each cost term,
+  compute, comm and total of each GPU, its piece count and HBM/DDR/SSD bytes, each host's
+  DDR and SSD bytes, every cap (from the request's hardware, never the plan's), the step
+  time, mean, imbalance, sharding mix (tables_per_type, tables_per_tier), lower bound, gap
+  and bound note; the plan hash matches the content;
+- the lower bound is re-derived (planner/certificate.py): the analytic one recomputed over
+  the candidate set rebuilt from the request; a tighter CP-SAT bound, and status `optimal`,
+  only with a certificate the checker re-proves itself within a deterministic budget (one it
+  cannot re-prove is a warning, or a failure when strict); a bound above the step time is
+  always a failure.
 """
 
 import itertools
 import math
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from cost_models import (
     CostBreakdown,
+    HardwareProfile,
     ShardingType,
     Tier,
     owner_wait,
+    piece_buffers,
     piece_cost,
     piece_memory,
     piece_sides,
@@ -40,6 +52,10 @@ _REL = 1e-9
 @dataclass
 class CheckReport:
     errors: list[str] = field(default_factory=list)
+    # Claims the checker could neither prove nor refute within its budget (not failures
+    # unless strict).
+    warnings: list[str] = field(default_factory=list)
+    proofs: list[Any] = field(default_factory=list)  # certificate.Proof, one per re-proof
 
     @property
     def ok(self) -> bool:
@@ -111,7 +127,12 @@ def _structure(tp: TablePlan, t: TableInfo, w: int, g: int, errs: list[str]) -> 
         errs.append(f"table '{tp.name}': {problem}")
 
 
-def check_plan(plan: Plan) -> CheckReport:
+def check_plan(plan: Plan, strict: bool = False, proof_budget: float | None = None,
+               prove: bool = True) -> CheckReport:
+    """Check a plan against its request alone; see the module docstring. A claimed bound the
+    checker cannot re-prove within `proof_budget` deterministic seconds (default: the
+    request's CP-SAT budget, 1 to 60) is a warning, or a failure when `strict`. `prove`
+    False skips the re-proofs (each claim is then unverified)."""
     rep = CheckReport()
     errs = rep.errors
     body = plan.model_dump(mode="json")
@@ -122,10 +143,13 @@ def check_plan(plan: Plan) -> CheckReport:
     w, g = hw.world_size, hw.gpus_per_host
     by_name = {t.name: t for t in problem.tables}
     seen: set[str] = set()
-    hbm = [0] * w
+    # Every GPU holds the owner side's step buffers, whatever its pieces.
+    hbm = [problem.step_reserve.total] * w
+    buffers = [problem.step_reserve.total] * w
     ddr_gpu = [0] * w
     ssd_gpu = [0] * w
     costs: list[CostBreakdown | None] = [None] * w
+    pieces = [0] * w
     piece_inter, host_rate = np.zeros((w, 3)), np.zeros((hw.hosts, 3))
     for tp in plan.tables:
         t = by_name.get(tp.name)
@@ -159,11 +183,15 @@ def check_plan(plan: Plan) -> CheckReport:
         ratio = tp.cache_ratio if tp.cache_ratio is not None else 1.0
         for p in tp.pieces:
             m = piece_memory(t.geom, tp.tier, ratio, p.row_count, p.col_count, hw)
-            hbm[p.rank] += m.hbm
+            buf = piece_buffers(t.geom, tp.sharding_type is ShardingType.DATA_PARALLEL,
+                                p.row_count, p.col_count, w, model).total
+            hbm[p.rank] += m.hbm + buf
+            buffers[p.rank] += buf
             ddr_gpu[p.rank] += m.ddr
             ssd_gpu[p.rank] += m.ssd
             cost = piece_cost(t.geom, tp.sharding_type, tp.tier, ratio, p.row_count,
                               p.col_count, hw, model)
+            pieces[p.rank] += 1
             held = costs[p.rank]
             costs[p.rank] = cost if held is None else held + cost
             inter, rate = piece_sides(piece_traffic(t.geom, tp.sharding_type, tp.tier, ratio,
@@ -178,63 +206,95 @@ def check_plan(plan: Plan) -> CheckReport:
     for r, wait in enumerate(waits.tolist()):
         if wait > 0:
             costs[r] = (costs[r] or CostBreakdown()) + CostBreakdown(owner_a2a=wait)
-    _caps_and_figures(plan, hbm, ddr_gpu, ssd_gpu, costs, rep)
+    step = _figures(plan, problem.hw, problem.hbm_cap_reported, hbm, buffers, ddr_gpu,
+                    ssd_gpu, pieces, costs, rep)
+    if step is not None:
+        from planner.certificate import check_bound
+
+        found = check_bound(plan, problem, step, proof_budget, prove)
+        errs.extend(found.errors)
+        rep.proofs = found.proofs
+        (errs if strict else rep.warnings).extend(found.unverified)
     return rep
 
 
-def _caps_and_figures(plan: Plan, hbm: list[int], ddr_gpu: list[int], ssd_gpu: list[int],
-                      costs: list[CostBreakdown | None], rep: CheckReport) -> None:
+def _differs(errs: list[str], name: str, said: object, recomputed: object,
+             exact: bool = False) -> None:
+    """One failure naming the field, when the plan's figure is not the recomputed one."""
+    if exact or not isinstance(said, float | int) or not isinstance(recomputed, float | int):
+        same = said == recomputed
+    else:
+        same = _close(float(said), float(recomputed))
+    if not same:
+        errs.append(f"{name}: plan says {said!r}, recomputed {recomputed!r}")
+
+
+_TERMS = (("lookup_s", "lookup"), ("backward_s", "backward"), ("cache_miss_s", "cache_miss"),
+          ("input_a2a_s", "input_a2a"), ("output_a2a_s", "output_a2a"),
+          ("allreduce_s", "allreduce"), ("owner_a2a_s", "owner_a2a"))
+
+
+def _figures(plan: Plan, hw: HardwareProfile, hbm_cap: int, hbm: list[int],
+             buffers: list[int], ddr_gpu: list[int],
+             ssd_gpu: list[int], pieces: list[int], costs: list[CostBreakdown | None],
+             rep: CheckReport) -> float | None:
+    """Caps (from the request's hardware), then every per-GPU, per-host and summary figure
+    against its recomputed value, field by field. Returns the recomputed step time."""
     errs = rep.errors
-    problem_hw = plan.request.hardware.profile()
-    w, g = problem_hw.world_size, problem_hw.gpus_per_host
+    w, g = hw.world_size, hw.gpus_per_host
     pipelined = plan.request.model.pipelined
     for r in range(w):
-        if hbm[r] > problem_hw.hbm_cap:
-            errs.append(f"GPU {r}: HBM {hbm[r]:,} bytes over its cap {problem_hw.hbm_cap:,} "
-                        f"(by {hbm[r] - problem_hw.hbm_cap:,})")
-    for h in range(problem_hw.hosts):
-        d, s = sum(ddr_gpu[h * g:(h + 1) * g]), sum(ssd_gpu[h * g:(h + 1) * g])
-        if d > problem_hw.ddr_cap:
-            errs.append(f"host {h}: DDR {d:,} bytes over its cap {problem_hw.ddr_cap:,} "
-                        f"(by {d - problem_hw.ddr_cap:,})")
-        if s > problem_hw.ssd_cap:
-            errs.append(f"host {h}: SSD {s:,} bytes over its cap {problem_hw.ssd_cap:,} "
-                        f"(by {s - problem_hw.ssd_cap:,})")
-    if len(plan.gpus) != w or [x.rank for x in plan.gpus] != list(range(w)):
-        errs.append(f"the plan must report GPUs 0..{w - 1} in order")
-        return
+        if hbm[r] > hbm_cap:
+            errs.append(f"GPU {r}: HBM {hbm[r]:,} bytes (step buffers included) over its cap "
+                        f"{hbm_cap:,} (by {hbm[r] - hbm_cap:,})")
+    host_ddr = [sum(ddr_gpu[h * g:(h + 1) * g]) for h in range(hw.hosts)]
+    host_ssd = [sum(ssd_gpu[h * g:(h + 1) * g]) for h in range(hw.hosts)]
+    for h in range(hw.hosts):
+        d, s = host_ddr[h], host_ssd[h]
+        if d > hw.ddr_cap:
+            errs.append(f"host {h}: DDR {d:,} bytes over its cap {hw.ddr_cap:,} "
+                        f"(by {d - hw.ddr_cap:,})")
+        if s > hw.ssd_cap:
+            errs.append(f"host {h}: SSD {s:,} bytes over its cap {hw.ssd_cap:,} "
+                        f"(by {s - hw.ssd_cap:,})")
+    if [x.rank for x in plan.gpus] != list(range(w)):
+        errs.append(f"gpus: the plan must report GPUs 0..{w - 1} in order")
+        return None
+    if [x.host for x in plan.hosts] != list(range(hw.hosts)):
+        errs.append(f"hosts: the plan must report hosts 0..{hw.hosts - 1} in order")
+        return None
     totals = []
-    for rep_gpu in plan.gpus:
-        r = rep_gpu.rank
-        if (rep_gpu.hbm_bytes, rep_gpu.ddr_bytes, rep_gpu.ssd_bytes) != (
-                hbm[r], ddr_gpu[r], ssd_gpu[r]):
-            errs.append(f"GPU {r}: reported memory differs from the pieces it holds")
-        c = rep_gpu.cost
-        parts = (c.lookup_s, c.backward_s, c.cache_miss_s, c.input_a2a_s, c.output_a2a_s,
-                 c.allreduce_s, c.owner_a2a_s)
-        comp, comm = c.lookup_s + c.backward_s + c.cache_miss_s, sum(parts[3:])
-        total = max(comp, comm) if pipelined else comp + comm
-        if not (_close(c.compute_s, comp) and _close(c.comm_s, comm) and _close(c.total_s, total)):
-            errs.append(f"GPU {r}: cost terms do not add up to its compute, comm and total")
-        mine = costs[r]
-        if mine is not None and not _close(mine.total(pipelined), c.total_s):
-            errs.append(f"GPU {r}: reported total {c.total_s:.9g} s, the cost model gives "
-                        f"{mine.total(pipelined):.9g} s")
-        if mine is None and c.total_s != 0:
-            errs.append(f"GPU {r}: holds no piece but reports {c.total_s} s")
-        totals.append(c.total_s)
-    for h in plan.hosts:
-        if h.ddr_bytes != sum(x.ddr_bytes for x in plan.gpus[h.host * g:(h.host + 1) * g]):
-            errs.append(f"host {h.host}: DDR figure is not the sum of its GPUs'")
+    for x in plan.gpus:
+        r, at = x.rank, f"gpus[{x.rank}]"
+        _differs(errs, f"{at}.host", x.host, r // g, exact=True)
+        _differs(errs, f"{at}.pieces", x.pieces, pieces[r], exact=True)
+        _differs(errs, f"{at}.hbm_bytes", x.hbm_bytes, hbm[r], exact=True)
+        _differs(errs, f"{at}.hbm_cap_bytes", x.hbm_cap_bytes, hbm_cap, exact=True)
+        _differs(errs, f"{at}.hbm_buffer_bytes", x.hbm_buffer_bytes, buffers[r], exact=True)
+        _differs(errs, f"{at}.ddr_bytes", x.ddr_bytes, ddr_gpu[r], exact=True)
+        _differs(errs, f"{at}.ssd_bytes", x.ssd_bytes, ssd_gpu[r], exact=True)
+        mine = costs[r] or CostBreakdown()
+        for name, attr in _TERMS:
+            _differs(errs, f"{at}.cost.{name}", getattr(x.cost, name), getattr(mine, attr))
+        _differs(errs, f"{at}.cost.compute_s", x.cost.compute_s, mine.compute)
+        _differs(errs, f"{at}.cost.comm_s", x.cost.comm_s, mine.comm)
+        _differs(errs, f"{at}.cost.total_s", x.cost.total_s, mine.total(pipelined))
+        totals.append(mine.total(pipelined))
+    for x in plan.hosts:
+        h, at = x.host, f"hosts[{x.host}]"
+        _differs(errs, f"{at}.ddr_bytes", x.ddr_bytes, host_ddr[h], exact=True)
+        _differs(errs, f"{at}.ddr_cap_bytes", x.ddr_cap_bytes, hw.ddr_cap, exact=True)
+        _differs(errs, f"{at}.ssd_bytes", x.ssd_bytes, host_ssd[h], exact=True)
+        _differs(errs, f"{at}.ssd_cap_bytes", x.ssd_cap_bytes, hw.ssd_cap, exact=True)
     s = plan.summary
     step, mean = max(totals), math.fsum(totals) / len(totals)
-    if not _close(s.step_time_s, step):
-        errs.append(f"summary step_time_s {s.step_time_s} is not the slowest GPU's {step}")
-    if not _close(s.mean_gpu_time_s, mean):
-        errs.append("summary mean_gpu_time_s is not the mean of the GPUs' totals")
-    if mean > 0 and not _close(s.imbalance, step / mean):
-        errs.append("summary imbalance is not slowest / mean")
-    if s.lower_bound_s > 0 and not _close(s.gap, step / s.lower_bound_s - 1.0):
-        errs.append("summary gap is not step_time / lower_bound - 1")
-    if s.lower_bound_s > step * (1 + 1e-9):
-        errs.append(f"lower bound {s.lower_bound_s} exceeds the plan's step time {step}")
+    _differs(errs, "summary.step_time_s", s.step_time_s, step)
+    _differs(errs, "summary.mean_gpu_time_s", s.mean_gpu_time_s, mean)
+    _differs(errs, "summary.imbalance", s.imbalance, step / mean if mean > 0 else 1.0)
+    kinds = Counter(t.sharding_type.value for t in plan.tables)
+    tiers = Counter(t.tier.value for t in plan.tables)
+    _differs(errs, "summary.tables_per_type", s.tables_per_type, dict(sorted(kinds.items())),
+             exact=True)
+    _differs(errs, "summary.tables_per_tier", s.tables_per_tier, dict(sorted(tiers.items())),
+             exact=True)
+    return step

@@ -39,7 +39,11 @@ def _emit(plan_obj: Plan, fmt: Format, output: Path | None, seconds: float | Non
     if output is not None:
         output.write_text(text)
     if fmt is Format.json:
-        sys.stdout.write(text)
+        # With -o the plan is in the file: stdout stays free for the caller (issue 18).
+        if output is None:
+            sys.stdout.write(text)
+        else:
+            err.print(f"written to {output}")
     else:
         from planner.report import render
 
@@ -85,16 +89,30 @@ def plan_cmd(
 
 
 @app.command("check")
-def check_cmd(plan_file: Annotated[str, typer.Argument(help="plan JSON, or '-'")]) -> None:
-    """Verify a plan independently: coverage, structure, caps, figures, hash."""
+def check_cmd(
+    plan_file: Annotated[str, typer.Argument(help="plan JSON, or '-'")],
+    strict: Annotated[bool, typer.Option(
+        "--strict", help="a claimed bound (or status optimal) the checker cannot re-prove "
+                         "within its budget fails the check instead of warning")] = False,
+    proof_budget: Annotated[float | None, typer.Option(
+        help="deterministic seconds for re-proving a CP-SAT bound (default: twice the "
+             "request's time limit, 1 to 60)", min=0.01)] = None,
+) -> None:
+    """Verify a plan from its request alone: coverage, structure, caps, every figure, the
+    lower bound (a CP-SAT bound is re-proven) and the hash."""
     try:
         p = parse_json_model(Plan, read_input(plan_file, "plan"), "plan")
     except PlannerError as exc:
         fail(exc, exc.exit_code)
-    report = check_plan(p)
+    report = check_plan(p, strict=strict, proof_budget=proof_budget)
+    for w in report.warnings:
+        err.print(f"[yellow]warning:[/] {w}", highlight=False)
     if report.ok:
+        proven = "".join(f"; bound re-proven ({x.detail})" for x in report.proofs
+                         if x.outcome == "verified")
         out.print(f"[green]ok[/]: {len(p.tables)} tables on {len(p.gpus)} GPUs; every row and "
-                  "column covered once, every cap respected, figures add up")
+                  "column covered once, every cap respected, every figure recomputed"
+                  f"{proven}", highlight=False)
         return
     for e in report.errors:
         err.print(f"[red]fail:[/] {e}", highlight=False)
@@ -161,6 +179,9 @@ def _register_commands() -> None:
 
 
 _register_commands()
+from planner.report_cli import register as _register_report  # noqa: E402
+
+_register_report(app)
 
 
 def main() -> None:

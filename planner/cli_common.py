@@ -1,6 +1,8 @@
 """Shared by the CLI commands: reading inputs (a file, '-' for stdin, or a bundled model
 fixture's name) and failing with one stderr line and an exit code."""
 
+import codecs
+import difflib
 import json
 import sys
 from pathlib import Path
@@ -13,18 +15,41 @@ from planner.errors import BadInputError
 
 
 def read_input(path: str, what: str) -> str:
-    """The text at `path`; for a model, a bundled fixture's name works too."""
+    """The text at `path`; for a model, a bundled fixture's name works too. UTF-8, or UTF-16
+    or UTF-8 with a byte-order mark (as Notepad saves); anything else is refused plainly."""
     if path == "-":
         return sys.stdin.read()
     p = Path(path)
     if p.is_file():
-        return p.read_text()
+        return decode_text(p.read_bytes(), what)
     if what == "model":
         from planner.presets import fixture_names, fixture_text
 
-        if path in fixture_names():
+        names = fixture_names()
+        if path in names:
             return fixture_text(path)
+        close = difflib.get_close_matches(path, names, n=1)
+        hint = f"; did you mean the fixture '{close[0]}'?" if close else ""
+        raise BadInputError(what, f"no such file or bundled fixture: {path}{hint} (fixtures: "
+                                  f"{', '.join(names)})")
     raise BadInputError(what, f"no such file: {path}")
+
+
+def decode_text(data: bytes, what: str) -> str:
+    for bom, codec in ((codecs.BOM_UTF8, "utf-8-sig"), (codecs.BOM_UTF16_LE, "utf-16"),
+                       (codecs.BOM_UTF16_BE, "utf-16")):
+        if data.startswith(bom):
+            try:
+                return data.decode(codec)
+            except UnicodeDecodeError as exc:
+                raise BadInputError(what, f"not valid {codec} text: {exc.reason} at byte "
+                                          f"{exc.start}") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BadInputError(what, f"not a JSON text file (not UTF-8, nor UTF-16 with a "
+                                  f"byte-order mark): byte 0x{data[exc.start]:02x} at offset "
+                                  f"{exc.start}") from None
 
 
 def load_json(text: str, what: str, want_object: bool = True) -> Any:

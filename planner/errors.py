@@ -1,6 +1,8 @@
-"""The two ways a request fails without a stack trace: bad input, or no plan exists."""
+"""The ways a request fails without a stack trace: bad input; no plan exists (with a
+certificate); or no plan was found within the budget (and none was proved impossible)."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 
 class PlannerError(Exception):
@@ -25,13 +27,27 @@ class BadInputError(PlannerError):
 
 @dataclass
 class InfeasibleError(PlannerError):
-    """No plan fits: which table, which cap, and how many bytes it is short."""
+    """No plan fits: which table, which cap, how many bytes it is short, and the certificate
+    (planner/infeasibility.py) that anyone can recompute from the request."""
 
     reason: str
     table: str | None = None
     cap: str | None = None
     short_bytes: int | None = None
+    certificate: dict[str, Any] | None = None
     exit_code = 3
 
     def __str__(self) -> str:
         return f"infeasible: {self.reason}"
+
+
+@dataclass
+class NoPlanFoundError(PlannerError):
+    """Neither a plan nor a proof that none exists within the budget: not "infeasible"."""
+
+    reason: str
+    tried: list[str] = field(default_factory=list)
+    exit_code = 5
+
+    def __str__(self) -> str:
+        return f"no plan found within the budget: {self.reason}"

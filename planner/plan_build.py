@@ -13,7 +13,9 @@ import numpy as np
 from cost_models import (
     CostBreakdown,
     MemoryFootprint,
+    ShardingType,
     owner_wait,
+    piece_buffers,
     piece_memory,
     piece_sides,
     piece_traffic,
@@ -23,6 +25,7 @@ from planner.bounds import LowerBound
 from planner.errors import BadInputError
 from planner.hashing import plan_hash_of
 from planner.plan_model import (
+    BoundCertificate,
     CostTerms,
     GpuReport,
     HostReport,
@@ -39,6 +42,7 @@ class GpuTotals:
     cost: CostBreakdown = field(default_factory=CostBreakdown)
     memory: MemoryFootprint = field(default_factory=MemoryFootprint)
     pieces: int = 0
+    buffers: int = 0  # of memory.hbm, the step buffers
 
 
 def gpu_totals(layout: PlanLayout, problem: Problem) -> list[GpuTotals]:
@@ -75,15 +79,18 @@ def gpu_totals(layout: PlanLayout, problem: Problem) -> list[GpuTotals]:
                                         pc.row_count, pc.col_count, hw, problem.model)
                 c = traffic_cost(traffic, hw)
                 m = piece_memory(info.geom, tp.tier, ratio, pc.row_count, pc.col_count, hw)
+                buf = piece_buffers(info.geom, tp.sharding_type is ShardingType.DATA_PARALLEL,
+                                    pc.row_count, pc.col_count, hw.world_size,
+                                    problem.model).total
                 inter, rate = piece_sides(traffic)
                 k = memo[key] = len(rows)
                 rows.append(np.array([c.lookup, c.backward, c.cache_miss, c.input_a2a,
-                                      c.output_a2a, c.allreduce, m.hbm, m.ddr, m.ssd,
-                                      *inter.tolist(), *rate.tolist()]))
+                                      c.output_a2a, c.allreduce, m.hbm + buf, m.ddr, m.ssd,
+                                      *inter.tolist(), *rate.tolist(), buf]))
             shape_of.append(k)
             ranks.append(pc.rank)
     w = hw.world_size
-    sums = np.zeros((w, 15))
+    sums = np.zeros((w, 16))
     counts = np.zeros(w, dtype=np.int64)
     if rows:
         rank_arr = np.array(ranks, dtype=np.int64)
@@ -94,12 +101,16 @@ def gpu_totals(layout: PlanLayout, problem: Problem) -> list[GpuTotals]:
     np.add.at(host_rate, host_of, sums[:, 12:15])
     extra = owner_wait(sums[:, 9:12], host_rate, host_of, problem.model.batch_per_gpu,
                        hw.eff_nic_bw)
-    # Byte counts are integers below 2**53, so their float sums are exact.
+    # Byte counts are integers below 2**53, so their float sums are exact. Every GPU also
+    # holds the owner side's step buffers (problem.step_reserve).
+    reserve = problem.step_reserve.total
     return [
         GpuTotals(
             cost=CostBreakdown(*(float(x) for x in sums[r, :6]), owner_a2a=float(extra[r])),
-            memory=MemoryFootprint(int(sums[r, 6]), int(sums[r, 7]), int(sums[r, 8])),
+            memory=MemoryFootprint(int(sums[r, 6]) + reserve, int(sums[r, 7]),
+                                   int(sums[r, 8])),
             pieces=int(counts[r]),
+            buffers=int(sums[r, 15]) + reserve,
         )
         for r in range(w)
     ]
@@ -124,14 +135,19 @@ def build_plan(
     decisions: list[str],
     det_time: float = 0.0,
     history: list[SolverPoint] | None = None,
+    certificate: BoundCertificate | None = None,
 ) -> Plan:
+    """The full plan of a layout. `certificate` says how `planner check` can re-derive the
+    bound (planner/certificate.py); when not given it is read off `bound` (which candidate
+    set it was computed on is then left to the checker to find)."""
     hw = problem.hw
     pipelined = problem.model.pipelined
     totals = gpu_totals(layout, problem)
     gpus = [
         GpuReport(
             rank=r, host=hw.host_of(r), pieces=t.pieces, hbm_bytes=t.memory.hbm,
-            hbm_cap_bytes=hw.hbm_cap, ddr_bytes=t.memory.ddr, ssd_bytes=t.memory.ssd,
+            hbm_cap_bytes=problem.hbm_cap_reported, hbm_buffer_bytes=t.buffers,
+            ddr_bytes=t.memory.ddr, ssd_bytes=t.memory.ssd,
             cost=cost_terms(t.cost, pipelined),
         )
         for r, t in enumerate(totals)
@@ -155,7 +171,7 @@ def build_plan(
         imbalance=step / mean if mean > 0 else 1.0,
         lower_bound_s=bound.value_s,
         gap=step / bound.value_s - 1.0 if bound.value_s > 0 else 0.0,
-        lower_bound_note=_bound_note(bound),
+        lower_bound_note=bound_note(bound),
         solver=solver,
         status=status,
         solver_det_time=det_time,
@@ -164,6 +180,7 @@ def build_plan(
         tables_per_tier=dict(sorted(Counter(t.tier.value for t in layout.tables).items())),
         warnings=warnings,
         decisions=decisions,
+        bound_certificate=certificate or certificate_of(bound, problem),
     )
     body = {
         "schema_version": layout.schema_version,
@@ -178,7 +195,30 @@ def build_plan(
     return Plan(**body, plan_hash=digest)
 
 
-def _bound_note(b: LowerBound) -> str:
+def analytic_value(b: LowerBound) -> float:
+    """The bound before any solver's: what planner.bounds.lower_bound returned (value_s,
+    unless with_solver raised it to the solver's; then the largest of its parts)."""
+    if b.solver_s <= 0 or b.value_s > b.solver_s:
+        return b.value_s
+    return min(b.value_s, max(b.average_s, b.largest_piece_s, b.balanced_s))
+
+
+def certificate_of(bound: LowerBound, problem: Problem, candidates: str | None = None,
+                   model: str | None = None) -> BoundCertificate:
+    """The certificate of a bound: analytic unless a solver's bound is the tighter one.
+    `model` defaults to the one planning._solve uses for this many hosts (flat up to 2)."""
+    analytic = analytic_value(bound)
+    if bound.solver_s <= 0:
+        return BoundCertificate(kind="analytic", candidates=candidates, analytic_s=analytic)
+    if model is None:
+        model = "exact" if problem.hw.hosts <= 2 else "hierarchical"
+    # A solver bound no tighter than the analytic one is kept for the note, not proven.
+    kind = "cp-sat" if bound.solver_s > analytic else "analytic"
+    return BoundCertificate(kind=kind, candidates=candidates, analytic_s=analytic,
+                            claimed_s=bound.solver_s, model=model)
+
+
+def bound_note(b: LowerBound) -> str:
     parts = [f"average work {b.average_s:.6g} s"]
     if b.memory_priced:
         parts[0] += " (with memory caps priced in)"

@@ -4,9 +4,9 @@ A layout (request + per-table pieces) is all a hand-made or foreign plan needs; 
 and per-host reports and the summary are derived from it by `planner.plan_build`.
 """
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
 
 from cost_models import ShardingType, Tier
 from planner.spec.request import ResolvedRequest
@@ -52,8 +52,11 @@ class GpuReport(StrictModel):
     rank: int
     host: int
     pieces: int
-    hbm_bytes: int
+    hbm_bytes: int  # weights, state, caches and step buffers
     hbm_cap_bytes: int
+    # Of hbm_bytes, the step buffers (cost_models.memory.StepBuffers): the pieces' ids, pooled
+    # vectors, gradients and all-to-all staging, and the sample owner's, counted as a peak bound
+    hbm_buffer_bytes: int = 0
     ddr_bytes: int  # this GPU's pieces' share of its host's DDR
     ssd_bytes: int
     cost: CostTerms
@@ -75,6 +78,27 @@ class SolverPoint(StrictModel):
     bound_s: float | None
 
 
+class BoundCertificate(StrictModel):
+    """What `planner check` needs to re-derive the plan's lower bound from the request alone.
+
+    `analytic`: the bound is planner.bounds.lower_bound over a candidate set rebuilt
+    deterministically from the request (`candidates`). `cp-sat`: the bound is `claimed_s`,
+    proven by CP-SAT on `model` over that candidate set (the plan's bound is then
+    max(analytic_s, claimed_s)); the checker re-proves it by asking CP-SAT for a plan under
+    claimed_s x (1 - 1e-4) and accepting the claim only on INFEASIBLE."""
+
+    kind: Literal["analytic", "cp-sat"]
+    # planner: planning.candidates_for(problem); all-tiers: candidates_for(problem, slow=True);
+    # planner+layout: the planner's plus the layout's own (planning.evaluate). None: the
+    # checker tries them in that order.
+    candidates: Literal["planner", "all-tiers", "planner+layout"] | None = None
+    analytic_s: float
+    claimed_s: float | None = None
+    # exact: the flat model (planner.partition.cpsat.solve_exact); hierarchical: its level 1
+    # (planner.partition.hierarchical.HostModel), a relaxation of the flat one.
+    model: Literal["exact", "hierarchical"] | None = None
+
+
 class Summary(StrictModel):
     step_time_s: float  # the slowest GPU's estimate: the sparse part's step time
     mean_gpu_time_s: float
@@ -90,6 +114,16 @@ class Summary(StrictModel):
     tables_per_tier: dict[str, int]
     warnings: list[str]
     decisions: list[str]
+    # How the lower bound can be re-derived (planner/certificate.py). Absent (None) in plans
+    # written before it existed; left out of the JSON then, so their hashes still hold.
+    bound_certificate: BoundCertificate | None = None
+
+    @model_serializer(mode="wrap")
+    def _drop_absent_certificate(self, handler: SerializerFunctionWrapHandler) -> Any:
+        data = handler(self)
+        if isinstance(data, dict) and data.get("bound_certificate", 0) is None:
+            del data["bound_certificate"]
+        return data
 
 
 class PlanLayout(StrictModel):

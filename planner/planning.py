@@ -9,10 +9,13 @@ from cost_models import ShardingType
 from planner.bounds import LowerBound, lower_bound
 from planner.candidates import (
     Candidate,
+    candidate_of_pieces,
     enumerate_candidates,
     slow_tiers_needed,
 )
-from planner.errors import InfeasibleError
+from planner.errors import InfeasibleError, NoPlanFoundError
+from planner.feasibility import cpsat_feasible, memory_first, packing_search
+from planner.infeasibility import InfeasibilityCertificate, capacity_certificate, describe
 from planner.partition.assignment import Assignment
 from planner.partition.cpsat import (
     EXACT_MAX_VARS,
@@ -26,8 +29,8 @@ from planner.partition.cpsat import (
 from planner.partition.greedy import greedy
 from planner.partition.hierarchical import host_model_size, solve_hierarchical
 from planner.partition.local_search import local_search
-from planner.partition.state import LoadState
-from planner.plan_build import build_plan
+from planner.partition.lp_start import lp_start, priced_choice
+from planner.plan_build import build_plan, certificate_of
 from planner.plan_model import Plan as Plan
 from planner.plan_model import PlanLayout, PlanPiece, SolverPoint, TablePlan
 from planner.presets import resolve_hardware
@@ -58,6 +61,11 @@ AUTO_MAX_VARS = 10_000
 _FLAT_MAX_HOSTS = 2
 
 
+def _steps(cands: list[list[Candidate]]) -> int:
+    """The local search's step budget for this many tables."""
+    return min(_MAX_STEPS, max(_MIN_STEPS, _STEPS_PER_TABLE * len(cands)))
+
+
 def resolve(request: PlanRequest | ResolvedRequest | dict[str, Any]) -> ResolvedRequest:
     """Validate a request (a model or its JSON-like dict) and expand its hardware preset."""
     if isinstance(request, dict):
@@ -68,48 +76,46 @@ def resolve(request: PlanRequest | ResolvedRequest | dict[str, Any]) -> Resolved
                            options=request.options)
 
 
-def candidates_for(problem: Problem) -> tuple[list[list[Candidate]], bool]:
-    slow = slow_tiers_needed(problem)
-    cands = [enumerate_candidates(problem, t, slow) for t in problem.tables]
-    for t, cs in zip(problem.tables, cands, strict=True):
+def candidates_for(problem: Problem, slow: bool | None = None
+                   ) -> tuple[list[list[Candidate]], bool]:
+    """Every table's candidates, and whether slower tiers were costed for all tables.
+
+    A table none of whose HBM candidates fits an empty cluster gets its slower-tier and cached
+    candidates whatever the pressure heuristic says; when the tables' leanest candidates
+    together pass the cluster's memory, every table gets them. "Infeasible" is raised only
+    with a certificate (planner/infeasibility.py)."""
+    slow = slow_tiers_needed(problem) if slow is None else slow
+    cands = []
+    for t in problem.tables:
+        cs = enumerate_candidates(problem, t, slow)
+        if not cs and not slow:
+            cs = enumerate_candidates(problem, t, slow_tiers=True)
         if not cs:
-            raise _unplaceable(problem, t.index)
-    _check_total_memory(problem, cands)
+            raise _infeasible(problem)
+        cands.append(cs)
+    if _short_of_memory(problem, cands):
+        if not slow:
+            return candidates_for(problem, slow=True)
+        raise _infeasible(problem)
     return cands, slow
 
 
-def _unplaceable(problem: Problem, table: int) -> InfeasibleError:
-    """Why a table has no candidate that fits even an empty cluster."""
-    t = problem.tables[table]
-    every = enumerate_candidates(problem, t, slow_tiers=True, keep_unfit=True)
-    name = t.name
-    if not every:
-        return InfeasibleError(
-            reason=f"table '{name}': its constraints allow no sharding on this cluster "
-                   f"(types {t.constraints.sharding_types}, pinned ranks "
-                   f"{t.constraints.pinned_ranks})",
-            table=name,
-        )
-    empty = LoadState(problem.hw, problem.model)
-    short = min((empty.shortfall(c, None) for c in every), key=lambda s: s.need - s.free)
-    return InfeasibleError(
-        reason=(f"table '{name}' fits no GPU or host with the shardings and tiers it allows: "
-                f"its smallest piece needs {short.need:,} bytes of {short.cap}, the cap is "
-                f"{short.free:,} (short by {short.need - short.free:,} bytes)"),
-        table=name, cap=short.cap, short_bytes=short.need - short.free,
-    )
-
-
-def _check_total_memory(problem: Problem, cands: list[list[Candidate]]) -> None:
+def _short_of_memory(problem: Problem, cands: list[list[Candidate]]) -> bool:
     hw = problem.hw
-    need = sum(min(c.hbm_total + c.ddr_total + c.ssd_total for c in cs) for cs in cands)
-    have = hw.world_size * hw.hbm_cap + hw.hosts * (hw.ddr_cap + hw.ssd_cap)
-    if need > have:
-        raise InfeasibleError(
-            reason=(f"all tables together need at least {need:,} bytes; the cluster holds "
-                    f"{have:,} bytes of HBM, DDR and SSD (short by {need - have:,} bytes)"),
-            cap="cluster memory", short_bytes=need - have,
-        )
+    need = sum(min(c.total_bytes for c in cs) for cs in cands)
+    return need > hw.world_size * hw.hbm_cap + hw.hosts * (hw.ddr_cap + hw.ssd_cap)
+
+
+def _infeasible(problem: Problem, cert: InfeasibilityCertificate | None = None
+                ) -> InfeasibleError:
+    """The answer "infeasible", with its certificate (a capacity argument when none given)."""
+    cert = cert or capacity_certificate(problem)
+    if cert is None:  # the callers only get here when a capacity argument holds
+        raise AssertionError("infeasible without a certificate")
+    log.info("infeasible: %s", describe(cert))
+    return InfeasibleError(reason=describe(cert), table=cert.table, cap=cert.cap,
+                           short_bytes=cert.short_bytes if cert.kind != "cp-sat" else None,
+                           certificate=cert.model_dump(mode="json"))
 
 
 def layout_of(problem: Problem, assignment: Assignment) -> PlanLayout:
@@ -151,13 +157,41 @@ def _decisions(problem: Problem, slow: bool, bound: LowerBound, a: Assignment) -
     return out
 
 
+def _priced_start(problem: Problem, cands: list[list[Candidate]], bound: LowerBound,
+                  steps: int, best: Assignment | None) -> Assignment | None:
+    """The relaxation's choices (the LP's, got from the bound's memory prices), replicas
+    placed first (partition/lp_start.py), with and without the owner side in view; kept
+    where it beats `best`. On many-host models whose small tables want to be data-parallel
+    it is the better start by far (a 400-table set on 4 hosts: 145.1 -> 126.4 ms, bound
+    123.5), since the greedy places them last, when some GPU's HBM is already full."""
+    choice = priced_choice(cands, bound.prices, bound.value_s)
+    best_s = makespan(problem, best.choices) if best is not None else float("inf")
+    for owner in (False, True) if problem.hw.hosts > 1 else (False,):
+        start = lp_start(problem, cands, choice, owner_side=owner)
+        if start is None:
+            continue
+        other = local_search(problem, cands, start, steps)
+        other_s = makespan(problem, other.choices)
+        if other_s < best_s * (1 - 1e-9):
+            other.notes.append("kept the plan grown from the relaxation's choices")
+            best, best_s = other, other_s
+    return best
+
+
 def _best_start(problem: Problem, cands: list[list[Candidate]], bound: LowerBound) -> Assignment:
     """Local search from several deterministic starts, keep the best: the candidate-choosing
     greedy; on up to _SMALL_TABLES tables also a table-wise-only LPT (the ZionEX-style start,
     which wins on few, evenly sized tables) and, on several hosts, the greedy that scores the
     all-to-alls' owner side while it builds (better on some multi-host instances)."""
-    steps = min(_MAX_STEPS, max(_MIN_STEPS, _STEPS_PER_TABLE * len(cands)))
-    best = local_search(problem, cands, greedy(problem, cands, bound.prices), steps)
+    steps = _steps(cands)
+    try:
+        best = local_search(problem, cands, greedy(problem, cands, bound.prices), steps)
+    except InfeasibleError:
+        best = None
+    best = _priced_start(problem, cands, bound, steps, best)
+    if best is None:
+        raise InfeasibleError(reason="neither the greedy nor the priced start fit every "
+                                     "table")
     if len(cands) > _SMALL_TABLES:
         return best
     others: list[tuple[str, list[list[Candidate]], bool]] = []
@@ -181,13 +215,63 @@ def _best_start(problem: Problem, cands: list[list[Candidate]], bound: LowerBoun
     return best
 
 
+def _start(problem: Problem, cands: list[list[Candidate]], slow: bool, bound: LowerBound,
+           req: ResolvedRequest
+           ) -> tuple[Assignment, list[list[Candidate]], bool, LowerBound]:
+    """The heuristic plan; when it cannot place everything, the fallbacks of
+    planner/feasibility.py before any "infeasible" (then with a certificate, or "no plan
+    found within the budget" when neither a plan nor a proof came)."""
+    tried = []
+    try:
+        return _best_start(problem, cands, bound), cands, slow, bound
+    except InfeasibleError as err:
+        tried.append(f"greedy + local search: {err.reason}")
+        log.info("heuristic found no plan: %s", err.reason)
+    if not slow:
+        cands, slow = candidates_for(problem, slow=True)
+        bound = lower_bound(problem, cands)
+        try:
+            found = _best_start(problem, cands, bound)
+            found.notes.append("the heuristic fit only with slower tiers costed for every "
+                               "table")
+            return found, cands, slow, bound
+        except InfeasibleError as err:
+            tried.append(f"greedy + local search with every tier: {err.reason}")
+    steps = _steps(cands)
+    packed = memory_first(problem, cands)
+    if packed is not None:
+        return local_search(problem, cands, packed, steps), cands, slow, bound
+    tried.append("memory-first packing (3 candidate orders x first and best fit): no fit")
+    searched = packing_search(problem, cands)
+    if searched is not None:
+        return local_search(problem, cands, searched, steps), cands, slow, bound
+    tried.append("bin completion and depth-first packing search: no fit within their node "
+                 "budgets")
+    opts = req.options
+    status, found_cp, size = cpsat_feasible(problem, cands, opts.time_limit_s, opts.seed)
+    if found_cp is not None:
+        return local_search(problem, cands, found_cp, steps), cands, slow, bound
+    cert = capacity_certificate(problem)
+    if cert is not None:
+        raise _infeasible(problem, cert)
+    if status == "infeasible":
+        raise _infeasible(problem, InfeasibilityCertificate(
+            kind="cp-sat", cap="all caps and pins", candidates=sum(len(c) for c in cands),
+            detail=(f"feasibility model of {size:,} variables over "
+                    f"{sum(len(c) for c in cands):,} candidates: INFEASIBLE")))
+    tried.append(f"CP-SAT feasibility model ({size:,} variables): {status} within "
+                 f"{opts.time_limit_s:g} deterministic s")
+    raise NoPlanFoundError(reason="; ".join(tried), tried=tried)
+
+
 def plan(request: PlanRequest | ResolvedRequest | dict[str, Any],
          progress: ProgressFn | None = None) -> Plan:
     """Plan the sharding of a model's embedding tables on a cluster.
 
     `progress`, if given, is called with each improvement CP-SAT finds (the CLI shows them).
-    Raises BadInputError (a field and table named) for malformed input and InfeasibleError
-    (a table or cap, and the bytes short) when no plan fits.
+    Raises BadInputError (a field and table named) for malformed input, InfeasibleError (a
+    table or cap, the bytes short, and a certificate) when no plan fits, and NoPlanFoundError
+    when the budget ended with neither a plan nor a proof that none exists.
     """
     req = resolve(request)
     problem = build_problem(req)
@@ -195,8 +279,14 @@ def plan(request: PlanRequest | ResolvedRequest | dict[str, Any],
     bound = lower_bound(problem, cands)
     log.info("%d tables, %d candidates, lower bound %.6g s", len(cands),
              sum(len(c) for c in cands), bound.value_s)
-    heuristic = _best_start(problem, cands, bound)
-    solved = _solve(problem, cands, bound, heuristic, req, progress)
+    heuristic, cands, slow, bound = _start(problem, cands, slow, bound, req)
+    try:
+        solved = _solve(problem, cands, bound, heuristic, req, progress)
+    except Exception as exc:  # an internal error of a CP-SAT mode: the heuristic plan stands
+        log.exception("CP-SAT failed; keeping the heuristic plan")
+        heuristic.notes.append(f"CP-SAT failed ({type(exc).__name__}: {exc}); kept the "
+                               "heuristic plan")
+        solved = None
     assignment = solved.assignment if solved is not None else heuristic
     if solved is not None and solved.bound_s is not None:
         bound = bound.with_solver(solved.bound_s)
@@ -219,7 +309,11 @@ def plan(request: PlanRequest | ResolvedRequest | dict[str, Any],
         history = [SolverPoint(det_time=p.det_time, incumbent_s=p.incumbent_s,
                                bound_s=p.bound_s) for p in solved.history]
     return build_plan(layout, problem, bound, solver, status, warnings,
-                      _decisions(problem, slow, bound, assignment), det, history)
+                      _decisions(problem, slow, bound, assignment), det, history,
+                      certificate=certificate_of(
+                          bound, problem, candidates="all-tiers" if slow else "planner",
+                          model="exact" if problem.hw.hosts <= _FLAT_MAX_HOSTS
+                          else "hierarchical"))
 
 
 def _solve(problem: Problem, cands: list[list[Candidate]], bound: LowerBound,
@@ -266,18 +360,46 @@ def _solve(problem: Problem, cands: list[list[Candidate]], bound: LowerBound,
 
 
 def evaluate(layout: PlanLayout) -> Plan:
-    """Score any layout (ours, hand-made or imported) under the cost model, with the same
-    lower bound ours gets; what the checker finds wrong with it goes into its warnings."""
+    """Score any layout (ours, hand-made or imported) under the cost model. Its lower bound
+    covers our candidate space and the layout's own shapes, tiers and cache ratios, so a
+    layout outside our grid gets a bound valid for it too; what the checker finds wrong with
+    it goes into its warnings."""
     from planner.check import check_plan
 
     layout = PlanLayout(schema_version=layout.schema_version, request=layout.request,
                         tables=layout.tables)
     problem = build_problem(layout.request)
     cands, _ = candidates_for(problem)
+    own = own_candidates(problem, layout)
+    if own is not None:
+        cands = [[*cs, c] for cs, c in zip(cands, own, strict=True)]
     bound = lower_bound(problem, cands)
-    draft = build_plan(layout, problem, bound, "external", "evaluated", [], [])
+    cert = certificate_of(bound, problem,
+                          candidates="planner+layout" if own is not None else "planner")
+    note = [] if own is not None else [
+        "the layout's tables do not match the request's one for one: its bound covers only "
+        "the planner's candidate space, so the gap may not hold for this layout"]
+    draft = build_plan(layout, problem, bound, "external", "evaluated", note, [],
+                       certificate=cert)
     problems = check_plan(draft).errors
     if not problems:
         return draft
     return build_plan(layout, problem, bound, "external", "evaluated (fails the checker)",
-                      problems, [])
+                      note + problems, [], certificate=cert)
+
+
+def own_candidates(problem: Problem, layout: PlanLayout) -> list[Candidate] | None:
+    """Each table's candidate as the layout has it, in the problem's table order; None when
+    the layout does not name each table of the request exactly once."""
+    by_name = {tp.name: tp for tp in layout.tables}
+    if len(by_name) != len(layout.tables) or set(by_name) != {t.name for t in problem.tables}:
+        return None
+    out = []
+    for t in problem.tables:
+        tp = by_name[t.name]
+        pieces = [(p.row_offset, p.row_count, p.col_offset, p.col_count) for p in tp.pieces]
+        if not pieces:
+            return None
+        out.append(candidate_of_pieces(problem, t, tp.sharding_type, tp.tier, tp.cache_ratio,
+                                       pieces))
+    return out

@@ -1,15 +1,17 @@
 """The planner's internal view of a resolved request: cost-model value types, no pydantic."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 from cost_models import (
     AccessModel,
     CurveAccess,
     HardwareProfile,
     ModelGeom,
+    StepBuffers,
     TableGeom,
     UniformAccess,
     ZipfAccess,
+    owner_buffers,
 )
 from cost_models.sizes import optimizer_state_row_bytes, weight_row_bytes
 from planner.errors import BadInputError
@@ -35,10 +37,20 @@ class TableInfo:
 
 @dataclass(frozen=True)
 class Problem:
+    """`hw.hbm_cap` is what the pieces may use: the GPU's HBM after the hardware's reserve
+    and after `step_reserve`, the step buffers every GPU holds as the owner of its samples
+    (cost_models.owner_buffers), whatever the placement."""
+
     request: ResolvedRequest
     hw: HardwareProfile
     model: ModelGeom
     tables: tuple[TableInfo, ...]
+    step_reserve: StepBuffers = field(default_factory=StepBuffers)
+
+    @property
+    def hbm_cap_reported(self) -> int:
+        """The per-GPU HBM cap a plan reports: before the step reserve."""
+        return self.hw.hbm_cap + self.step_reserve.total
 
 
 def access_model(spec: TableSpec) -> AccessModel:
@@ -98,4 +110,8 @@ def build_problem(req: ResolvedRequest) -> Problem:
                 table=spec.name,
             )
         tables.append(info)
-    return Problem(request=req, hw=hw, model=model, tables=tuple(tables))
+    # When the reserve passes the cap, nothing fits and "infeasible" says why
+    # (planner/infeasibility.py, the step-buffers certificate).
+    reserve = owner_buffers([t.geom for t in tables], model)
+    hw = replace(hw, hbm_reserved_bytes=hw.hbm_reserved_bytes + reserve.total)
+    return Problem(request=req, hw=hw, model=model, tables=tuple(tables), step_reserve=reserve)

@@ -1,5 +1,6 @@
 """Turning pydantic validation errors into one line that names the field and the table."""
 
+import difflib
 import json
 from typing import Any, TypeVar
 
@@ -32,9 +33,13 @@ def _loc_text(loc: tuple[int | str, ...]) -> str:
     return out
 
 
-def bad_input_from(exc: ValidationError, prefix: str = "", raw: Any = None) -> BadInputError:
-    """The first error of a ValidationError as a BadInputError (field path, table name)."""
-    err = exc.errors(include_url=False)[0]
+def bad_input_from(exc: ValidationError, prefix: str = "", raw: Any = None,
+                   model: type[BaseModel] | None = None) -> BadInputError:
+    """One error of a ValidationError as a BadInputError (field path, table name): an unknown
+    field first (a misspelling otherwise shows up only as the missing field it was meant to
+    be), with the closest known field's name."""
+    errors = exc.errors(include_url=False)
+    err = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
     # Drop union/discriminator tags pydantic puts in the location.
     loc = tuple(p for p in err["loc"] if p not in ("preset", "spec"))
     field = _loc_text(loc) or "(root)"
@@ -43,10 +48,60 @@ def bad_input_from(exc: ValidationError, prefix: str = "", raw: Any = None) -> B
     msg = err["msg"]
     if err["type"] == "extra_forbidden":
         msg = "unknown field"
-    more = len(exc.errors()) - 1
+        near = _near_field(model, err["loc"]) if model is not None else None
+        if near:
+            msg += f" (did you mean '{near}'?)"
+    more = len(errors) - 1
     if more:
         msg += f" (and {more} more error{'s' if more > 1 else ''})"
     return BadInputError(field=field, message=msg, table=_table_name(raw, loc))
+
+
+def _near_field(model: type[BaseModel], loc: tuple[int | str, ...]) -> str | None:
+    """The known field closest to the unknown key at `loc`, found by walking the schema."""
+    schema = model.model_json_schema()
+    defs = schema.get("$defs", {})
+    node: dict[str, Any] = schema
+    for part in loc[:-1]:
+        node = _resolve(node, defs)
+        if isinstance(part, int):
+            node = node.get("items", {})
+        else:
+            props = node.get("properties", {})
+            if part not in props:
+                return None
+            node = props[part]
+    names = list(_resolve(node, defs).get("properties", {}))
+    close = difflib.get_close_matches(str(loc[-1]), names, n=1, cutoff=0.6)
+    return close[0] if close else None
+
+
+def _resolve(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
+    """Follow $ref, and into the first object branch of anyOf/oneOf (a field or null)."""
+    for _ in range(8):
+        if "$ref" in node:
+            node = defs.get(node["$ref"].rsplit("/", 1)[-1], {})
+        elif "anyOf" in node or "oneOf" in node:
+            branches = [b for b in node.get("anyOf", node.get("oneOf", []))
+                        if b.get("type") != "null"]
+            if not branches:
+                return node
+            node = branches[0]
+        else:
+            return node
+    return node
+
+
+def _looks_like(raw: dict[str, Any]) -> str | None:
+    """What a JSON object is, by its keys, for a hint when it was given as something else."""
+    if "tables" in raw and "request" not in raw and isinstance(raw.get("tables"), list) and all(
+            isinstance(t, dict) and "num_embeddings" in t for t in raw["tables"]):
+        return "a model spec (planner plan takes it)"
+    if "model" in raw and "hardware" in raw and "tables" not in raw:
+        return "a plan request (planner plan, or POST /v1/plans, takes it)"
+    if "gpus_per_host" in raw and "gpu" in raw:
+        return "a hardware spec (planner plan --hardware takes it)"
+    return None
 
 
 def parse_json_model(model: type[M], text: str | bytes, what: str) -> M:
@@ -64,4 +119,9 @@ def validate_model(model: type[M], raw: Any) -> M:
     try:
         return model.model_validate(raw)
     except ValidationError as exc:
-        raise bad_input_from(exc, raw=raw) from None
+        err = bad_input_from(exc, raw=raw, model=model)
+        kind = _looks_like(raw)
+        wanted = "plan" if "plan_hash" in model.model_fields else None
+        if kind is not None and wanted is not None and len(exc.errors()) > 1:
+            err = BadInputError("(root)", f"this is {kind}, not a plan")
+        raise err from None

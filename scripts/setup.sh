@@ -4,6 +4,12 @@
 # PLANNER_SKIP_TORCH=1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Headless Chromium (Debian's package) for the HTML report's browser test; Playwright drives
+# it and downloads no browser of its own. Without it that test is skipped.
+if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
+  (apt-get update -qq && apt-get install -y -qq chromium >/dev/null) \
+    || echo "note: chromium not installed (tests/test_report_html.py skips its browser test)"
+fi
 if [ "${PLANNER_SKIP_TORCH:-0}" != "1" ] && ! python -c "import torch" 2>/dev/null; then
   python -m pip install "torch==2.13.0" || echo "note: torch not installed (only the executor needs it)"
 fi

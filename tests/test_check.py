@@ -1,5 +1,9 @@
 """The checker catches what a wrong plan gets wrong, whoever made it."""
 
+import json
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 from planner import plan
@@ -60,7 +64,33 @@ def test_figures_that_do_not_add_up_are_found() -> None:
     d = _plan_dict()
     d["gpus"][3]["cost"]["lookup_s"] += 1e-3
     errs = _errors(d)
-    assert any("GPU 3" in e for e in errs)
+    assert any(e.startswith("gpus[3].cost.lookup_s: plan says") for e in errs)
     d = _plan_dict()
     d["summary"]["mean_gpu_time_s"] *= 1.01
     assert any("mean_gpu_time_s" in e for e in _errors(d))
+
+
+def test_cli_check_strict_fails_an_unverified_claim(tmp_path: Path) -> None:
+    """A CP-SAT bound the checker cannot re-prove in its budget: exit 0 with a warning;
+    exit 1 with --strict. A forged optimal: exit 1 naming the field."""
+    p = plan(fixture_request("criteo_mlperf_v1", 2))
+    assert p.summary.bound_certificate.kind == "cp-sat"  # not re-proven in 0.01 det s
+    path = tmp_path / "plan.json"
+    path.write_text(p.model_dump_json())
+    ok = _cli(["check", str(path)])
+    assert ok.returncode == 0 and "bound re-proven" in ok.stdout, ok.stderr
+    lax = _cli(["check", str(path), "--proof-budget", "0.01"])
+    assert lax.returncode == 0 and "warning:" in lax.stderr and "not verified" in lax.stderr
+    strict = _cli(["check", str(path), "--proof-budget", "0.01", "--strict"])
+    assert strict.returncode == 1 and "fail:" in strict.stderr and "not verified" in strict.stderr
+    d = p.model_dump(mode="json")
+    d["summary"]["bound_certificate"]["claimed_s"] = d["summary"]["step_time_s"] * 1.5
+    d["plan_hash"] = plan_hash_of(d)
+    path.write_text(json.dumps(d))
+    forged = _cli(["check", str(path)])
+    assert forged.returncode == 1 and "summary.lower_bound_s" in forged.stderr
+
+
+def _cli(args: list[str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "planner.cli", *args], capture_output=True,
+                          text=True, timeout=300)

@@ -19,7 +19,7 @@ from ortools.sat.python import cp_model
 
 from planner.candidates import Candidate, Scope
 from planner.partition.assignment import Assignment, TableChoice
-from planner.partition.cpsat_model import PartitionModel
+from planner.partition.cpsat_model import ExtractionError, PartitionModel
 from planner.partition.state import LoadState
 from planner.problem import Problem
 
@@ -72,12 +72,22 @@ def _hit_wall(solver: cp_model.CpSolver) -> bool:
     return solver.wall_time >= solver.parameters.max_time_in_seconds * 0.99
 
 
-def _params(budget: float, seed: int) -> cp_model.CpSolver:
+def deterministic_solver(budget: float, seed: int) -> cp_model.CpSolver:
+    """A solver that stops on `budget` deterministic seconds with one worker (so the same
+    model gives the same answer anywhere), the wall clock only as a runaway guard."""
     solver = cp_model.CpSolver()
     p = solver.parameters
     p.max_deterministic_time = max(budget, 0.01)
     p.max_time_in_seconds = _WALL_FACTOR * budget + _WALL_SLACK_S
     p.num_workers = 1
+    p.random_seed = seed
+    return solver
+
+
+def solver_params(budget: float, seed: int) -> cp_model.CpSolver:
+    """deterministic_solver, tuned for the partition models (measured below)."""
+    solver = deterministic_solver(budget, seed)
+    p = solver.parameters
     p.linearization_level = 2
     # Symmetry detection over identical GPUs cost up to 10 s of wall time and stalled the
     # solve after presolve on deeprecsys_rm2 x 128 GPUs; without it, proved optimal in 0.9 s.
@@ -86,7 +96,6 @@ def _params(budget: float, seed: int) -> cp_model.CpSolver:
     # hierarchical model of criteo_dcnv2 x 16 hosts and ignored its own time limit, leaving
     # nothing to search with; without it CP-SAT starts from the hint at once.
     p.cp_model_probing_level = 0
-    p.random_seed = seed
     return solver
 
 
@@ -140,7 +149,7 @@ def solve_exact(problem: Problem, cands: list[list[Candidate]], start: Assignmen
                            np.ones(hw.world_size, dtype=bool),
                            LoadState(hw, problem.model), unit, allow_world=True)
     model.hint(dict(enumerate(start.choices)))
-    solver = _params(budget, seed)
+    solver = solver_params(budget, seed)
     history: list[Progress] = []
     status = solver.solve(model.model,
                           _Recorder(unit, history, progress, bound_s, target_gap))
@@ -150,7 +159,12 @@ def solve_exact(problem: Problem, cands: list[list[Candidate]], start: Assignmen
         return SolveResult(start, "no better plan within the limit", None, det, history)
     # The bound: unit * (integer bound), valid because coefficients were rounded down.
     bound = max(solver.best_objective_bound, 0.0) * unit
-    chosen = model.extract(solver)
+    try:
+        chosen = model.extract(solver)
+    except ExtractionError as err:
+        log.warning("CP-SAT exact model: %s; kept the heuristic plan", err)
+        return SolveResult(start, f"internal error in the exact model ({err}): kept the "
+                                  "heuristic plan", None, det, [])
     choices = [chosen[t] for t in range(len(cands))]
     if _hit_wall(solver):
         label = "feasible (stopped by the wall-clock safety limit: not reproducible)"
@@ -197,13 +211,18 @@ def repack(problem: Problem, cands: list[list[Candidate]], start: Assignment,
         unit = max(local_before, 1e-12) / _UNITS_PER_MAKESPAN
         model = PartitionModel(problem, cands, free, scope, base, unit, allow_world=False)
         model.hint({t: choices[t] for t in free})
-        solver = _params(min(_ROUND_BUDGET, budget - spent), seed + rounds)
+        solver = solver_params(min(_ROUND_BUDGET, budget - spent), seed + rounds)
         status = solver.solve(model.model)
         spent += solver.deterministic_time
         if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             idle += 1
             continue
-        new = model.extract(solver)
+        try:
+            new = model.extract(solver)
+        except ExtractionError as err:
+            log.warning("CP-SAT re-pack round %d: %s; round dropped", rounds, err)
+            idle += 1
+            continue
         trial = base.copy()
         for ch in new.values():
             for grp, ranks in zip(ch.cand.groups, ch.ranks, strict=True):

@@ -35,6 +35,11 @@ from planner.partition.state import LoadState
 from planner.problem import Problem
 
 
+class ExtractionError(RuntimeError):
+    """A solution the model's own constraints should have ruled out (an internal error: the
+    callers keep the heuristic plan and drop the model's bound, which is then suspect)."""
+
+
 @dataclass
 class _GroupPlacement:
     """The variables that place one group, and the ranks each one stands for."""
@@ -141,26 +146,46 @@ class PartitionModel:
 
     def _candidate(self, t: int, ci: int, cand: Candidate, allowed: np.ndarray,
                    whole_hosts: np.ndarray) -> _CandVars | None:
+        """The variables of one candidate, or None when some group has no place at all.
+
+        Pins (`allowed`) restrict every piece: a GPU-scope piece goes to an allowed GPU; a
+        HOST_FIXED group needs every GPU of its host in scope and allowed (piece j on local
+        GPU j); a HOST_FREE group needs as many allowed GPUs of its host as it has pieces,
+        and its pieces go only to those (the heuristic places it the same way)."""
         m, g = self.model, self.g
         hw = self.problem.hw
-        host_ok = whole_hosts & allowed.reshape(self.hosts, g).all(axis=1)
-        if not self._placeable(cand, allowed, host_ok):
-            return None
+        per_host = allowed.reshape(self.hosts, g)
+        fixed_ok = whole_hosts & per_host.all(axis=1)
+        groups: list[tuple[np.ndarray, np.ndarray]] = []  # per group: GPUs, hosts it may use
+        for gi, grp in enumerate(cand.groups):
+            if cand.scope is Scope.WORLD:
+                if not allowed.all():
+                    return None
+                groups.append((allowed, np.ones(self.hosts, dtype=bool)))
+                continue
+            if cand.scope is Scope.HOST_FREE:
+                host_ok = per_host.sum(axis=1) >= len(grp)
+            else:
+                host_ok = fixed_ok
+            on_gpus = allowed & (grp.hbm.max() <= hw.hbm_cap)
+            if self.group_host is not None:
+                only = self.group_host[t][gi]
+                on_gpus = on_gpus & (np.arange(self.w) // g == only)
+                host_ok = host_ok & (np.arange(self.hosts) == only)
+            if cand.scope is Scope.GPU and not on_gpus.any():
+                return None
+            if cand.scope is not Scope.GPU and not host_ok.any():
+                return None
+            groups.append((on_gpus, host_ok))
         x = m.new_bool_var(f"x_t{t}_c{ci}")
         entry = _CandVars(cand, x, [])
-        for gi, grp in enumerate(cand.groups):
+        for gi, (grp, (on_gpus, on_hosts)) in enumerate(zip(cand.groups, groups, strict=True)):
             place = _GroupPlacement()
-            on_gpus, on_hosts = allowed, host_ok
-            if self.group_host is not None and cand.scope is not Scope.WORLD:
-                only = self.group_host[t][gi]
-                on_gpus = allowed & (np.arange(self.w) // g == only)
-                on_hosts = host_ok & (np.arange(self.hosts) == only)
             if cand.scope is Scope.WORLD:
                 place.options.append((x, np.arange(self.w)))
                 self._add_group(x, grp, np.arange(self.w))
             elif cand.scope is Scope.GPU:
-                fits = on_gpus & (grp.hbm[0] <= hw.hbm_cap)
-                for r in np.flatnonzero(fits).tolist():
+                for r in np.flatnonzero(on_gpus).tolist():
                     y = m.new_bool_var(f"y_t{t}_c{ci}_g{gi}_r{r}")
                     place.options.append((y, np.array([r])))
                     self._add_group(y, grp, np.array([r]))
@@ -173,40 +198,35 @@ class PartitionModel:
                     self._add_group(z, grp, ranks)
                 m.add(sum(v for v, _ in place.options) == x)
             else:
-                self._host_free(t, ci, gi, grp, on_hosts, place, x)
+                self._host_free(t, ci, gi, grp, on_hosts, allowed, place, x)
             entry.groups.append(place)
         return entry
 
-    def _placeable(self, cand: Candidate, allowed: np.ndarray, host_ok: np.ndarray) -> bool:
-        """Whether every group has at least one place in this model's scope."""
-        if cand.scope is Scope.WORLD:
-            return bool(allowed.all())
-        if cand.scope is Scope.GPU:
-            return bool(allowed.any()) and cand.max_piece_hbm <= self.problem.hw.hbm_cap
-        return bool(host_ok.any())
-
     def _host_free(self, t: int, ci: int, gi: int, grp: Group, host_ok: np.ndarray,
-                   place: _GroupPlacement, x: cp_model.IntVar) -> None:
+                   allowed: np.ndarray, place: _GroupPlacement, x: cp_model.IntVar) -> None:
+        """z[h]: the group on host h; v[j][l]: piece j on local GPU l, only where GPU l is
+        allowed (None elsewhere); each piece once, at most one piece per GPU."""
         m, g, k = self.model, self.g, len(grp)
         ticks = ticks_of(grp, self.unit, self.problem)
         zs = []
         for h in np.flatnonzero(host_ok).tolist():
             z = m.new_bool_var(f"z_t{t}_c{ci}_g{gi}_h{h}")
             zs.append(z)
+            locs = [loc for loc in range(g) if allowed[h * g + loc]]
             v: list[list[cp_model.IntVar | None]] = []
             for j in range(k):
-                row = []
-                for loc in range(g):
+                row: list[cp_model.IntVar | None] = [None] * g
+                for loc in locs:
                     var = m.new_bool_var(f"v_t{t}_c{ci}_g{gi}_h{h}_p{j}_l{loc}")
-                    row.append(var)
+                    row[loc] = var
                     self._add_piece(var, h * g + loc, grp, j, ticks)
-                m.add(sum(row) == z)
+                m.add(sum(var for var in row if var is not None) == z)
                 v.append(row)
-            for loc in range(g):
+            for loc in locs:
                 m.add(sum(v[j][loc] for j in range(k)) <= z)
             place.free.append((h, z, v))
-        if zs:
-            m.add(sum(zs) == x)
+        # Always tied to x: a candidate with no host left can never be chosen.
+        m.add(sum(zs) == x)
 
     def _base_ticks(self) -> tuple[np.ndarray, ...]:
         """The fixed part's compute, comm, own inter-host and per-host owner ticks."""
@@ -372,4 +392,4 @@ class PartitionModel:
             local = [next(loc for loc, var in enumerate(row)
                           if var is not None and solver.boolean_value(var)) for row in v]
             return h * self.g + np.array(local, dtype=np.int64)
-        raise AssertionError("a chosen candidate's group has no placement in the solution")
+        raise ExtractionError("a chosen candidate's group has no placement in the solution")

@@ -28,10 +28,10 @@ from planner.partition.cpsat import (
     ProgressFn,
     SolveResult,
     _hit_wall,
-    _params,
     makespan,
+    solver_params,
 )
-from planner.partition.cpsat_model import PartitionModel, ticks_of
+from planner.partition.cpsat_model import ExtractionError, PartitionModel, ticks_of
 from planner.partition.greedy import allowed_mask
 from planner.partition.state import LoadState
 from planner.problem import Problem
@@ -277,7 +277,7 @@ def solve_hierarchical(problem: Problem, cands: list[list[Candidate]], start: As
     unit = max(start_s, 1e-12) / _UNITS_PER_MAKESPAN
     level1 = HostModel(problem, cands, unit)
     level1.hint(start.choices)
-    s1 = _params(budget * _LEVEL1_SHARE, seed)
+    s1 = solver_params(budget * _LEVEL1_SHARE, seed)
     status = s1.solve(level1.model)
     det = s1.deterministic_time
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
@@ -290,7 +290,7 @@ def solve_hierarchical(problem: Problem, cands: list[list[Candidate]], start: As
                             np.ones(hw.world_size, dtype=bool), LoadState(hw, problem.model),
                             unit, allow_world=True, group_host=hosts)
     level2.hint(_level2_hint(problem, start.choices, chosen, hosts))
-    s2 = _params(max(budget - det, 0.05), seed)
+    s2 = solver_params(max(budget - det, 0.05), seed)
     status2 = s2.solve(level2.model)
     det += s2.deterministic_time
     history = [Progress(round(det, 6), start_s, bound)]
@@ -300,7 +300,12 @@ def solve_hierarchical(problem: Problem, cands: list[list[Candidate]], start: As
         log.info("hierarchical level 2 found no placement within the limit")
         return SolveResult(start, f"{label}; no GPU placement within the limit", bound,
                            round(det, 6), history)
-    picked = level2.extract(s2)
+    try:
+        picked = level2.extract(s2)
+    except ExtractionError as err:
+        log.warning("hierarchical level 2: %s; kept the heuristic plan", err)
+        return SolveResult(start, f"{label}; internal error in the GPU level ({err}): kept "
+                                  "the heuristic plan", bound, round(det, 6), history)
     choices = [picked[t] for t in range(len(cands))]
     found = makespan(problem, choices)
     history.append(Progress(round(det, 6), min(found, start_s), bound))

@@ -143,8 +143,13 @@ class LoadState:
         if scope is Scope.HOST_FIXED:
             local = np.broadcast_to(np.arange(g), (hw.hosts, g))
         else:
-            # Distinct GPUs of the host: the biggest piece onto the least loaded GPU.
-            order = np.argsort(self.combine(comp, comm), axis=1, kind="stable")[:, :k]
+            # Distinct GPUs of the host: the biggest piece onto the least loaded GPU, among
+            # the GPUs the table's pins allow (a host with fewer than k of them is refused
+            # below).
+            busy = self.combine(comp, comm)
+            if allowed is not None:
+                busy = np.where(allowed.reshape(hw.hosts, g), busy, _INF)
+            order = np.argsort(busy, axis=1, kind="stable")[:, :k]
             local = order[:, np.argsort(-(group.comp + group.comm), kind="stable").argsort()]
         rows = np.arange(hw.hosts)[:, None]
         new = self.combine(comp[rows, local] + group.comp, comm[rows, local] + group.comm)

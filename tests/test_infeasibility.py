@@ -1,0 +1,130 @@
+""""Infeasible" only with a certificate that a separate function re-verifies; never when a
+plan exists (the smallest reproductions of issue 12 are here); "no plan found within the
+budget" is a different answer."""
+
+import json
+import subprocess
+from typing import Any
+
+import pytest
+
+from planner import NoPlanFoundError, plan
+from planner.check import check_plan
+from planner.errors import InfeasibleError
+from planner.infeasibility import InfeasibilityCertificate, verify_certificate
+from planner.planning import resolve
+from planner.problem import build_problem
+
+_UNIT_ROWS = 1_000_000
+
+
+def _tables(units: list[int], constraints: dict[str, Any] | None = None) -> list[dict]:
+    c = constraints or {"sharding_types": ["table_wise"], "memory_tiers": ["hbm"]}
+    # Pooling factors vary so the greedy's work order differs from the bytes order.
+    return [{"name": f"t{i}", "num_embeddings": u * _UNIT_ROWS, "embedding_dim": 64,
+             "pooling_factor": 1.0 + i, "optimizer": "sgd", "constraints": c}
+            for i, u in enumerate(units)]
+
+
+def _request(tables: list[dict], cap_units: float, gpus: int = 2, hosts: int = 1,
+             solver: str = "auto") -> dict[str, Any]:
+    """HBM per GPU is `cap_units` of the tables' unit (sgd: weights only) plus 64 MiB, a
+    quarter unit, for the step buffers: the packings stay as tight as whole units make them."""
+    unit = _UNIT_ROWS * 64 * 4
+    return {"model": {"name": "tight", "batch_size_per_gpu": 1024, "tables": tables},
+            "hardware": {"preset": "h100", "hosts": hosts, "overrides": {
+                "gpus_per_host": gpus,
+                "gpu": {"hbm_capacity_bytes": int(cap_units * unit) + 2**30 + 2**26,
+                        "hbm_reserved_bytes": "1GiB"}}},
+            "options": {"solver": solver, "time_limit_s": 1.0}}
+
+
+def _problem(req: dict[str, Any]):
+    return build_problem(resolve(req))
+
+
+@pytest.mark.parametrize("solver", ["greedy", "auto", "ilp"])
+def test_exact_fit_packing_plans(solver: str) -> None:
+    # 3+3 | 2+2+2 fills two GPUs exactly; largest-first greedy strands the last table.
+    req = _request(_tables([3, 3, 2, 2, 2]), cap_units=6, solver=solver)
+    p = plan(req)
+    assert check_plan(p).ok, check_plan(p).errors
+    assert max(g.hbm_bytes for g in p.gpus) <= p.request.hardware.gpu.hbm_capacity_bytes
+
+
+def test_table_larger_than_hbm_gets_slower_tiers() -> None:
+    # One 103 GB table, table-wise only, on one H100: only a slower tier can hold it.
+    big = {"name": "big", "num_embeddings": 200_000_000, "embedding_dim": 128,
+           "pooling_factor": 10.0, "constraints": {"sharding_types": ["table_wise"]}}
+    req = {"model": {"batch_size_per_gpu": 1024, "tables": [big]},
+           "hardware": {"preset": "h100", "hosts": 1, "overrides": {"gpus_per_host": 1}}}
+    p = plan(req)
+    assert p.tables[0].tier != "hbm" and check_plan(p).ok
+    big["constraints"]["memory_tiers"] = ["hbm"]
+    with pytest.raises(InfeasibleError) as err:
+        plan(req)
+    cert = InfeasibilityCertificate.model_validate(err.value.certificate)
+    assert cert.kind == "table" and cert.table == "big" and cert.short_bytes > 0
+    assert err.value.short_bytes == cert.short_bytes == cert.need_bytes - cert.have_bytes
+    assert verify_certificate(_problem(req), cert) == []
+
+
+def test_packing_infeasible_has_a_cp_sat_certificate() -> None:
+    # Three tables of 0.6 GPU each on two GPUs: every capacity sum passes, no packing does.
+    req = _request(_tables([3, 3, 3]), cap_units=5)
+    with pytest.raises(InfeasibleError) as err:
+        plan(req)
+    cert = InfeasibilityCertificate.model_validate(err.value.certificate)
+    assert cert.kind == "cp-sat"
+    assert verify_certificate(_problem(req), cert) == []
+    # The same certificate on an instance that does fit is refused.
+    assert verify_certificate(_problem(_request(_tables([3, 3, 3]), cap_units=6)), cert)
+
+
+def test_cluster_certificate_and_forgeries() -> None:
+    req = _request(_tables([3, 3, 3, 3], {"memory_tiers": ["hbm"]}), cap_units=5)
+    with pytest.raises(InfeasibleError) as err:
+        plan(req)
+    cert = InfeasibilityCertificate.model_validate(err.value.certificate)
+    assert cert.kind == "cluster" and cert.need_bytes > cert.have_bytes
+    problem = _problem(req)
+    assert verify_certificate(problem, cert) == []
+    for forged in ({"need_bytes": cert.need_bytes * 2}, {"have_bytes": cert.have_bytes - 1},
+                   {"kind": "table", "table": "t0"}, {"short_bytes": -1}):
+        assert verify_certificate(problem, cert.model_copy(update=forged)), forged
+
+
+def test_pinned_set_certificate() -> None:
+    # Two tables of 3 units pinned to rank 0 (cap 5): the rest of the cluster has room.
+    tabs = _tables([3, 3, 1, 1], {"memory_tiers": ["hbm"]})
+    for t in tabs[:2]:
+        t["constraints"] = {"memory_tiers": ["hbm"], "pinned_ranks": [0]}
+    req = _request(tabs, cap_units=5, gpus=4)
+    with pytest.raises(InfeasibleError) as err:
+        plan(req)
+    cert = InfeasibilityCertificate.model_validate(err.value.certificate)
+    assert cert.kind == "pinned-set" and cert.ranks == [0]
+    assert set(cert.tables) == {"t0", "t1"} and cert.short_bytes > 0
+    assert verify_certificate(_problem(req), cert) == []
+
+
+def test_no_plan_found_is_not_infeasible(monkeypatch: pytest.MonkeyPatch) -> None:
+    import planner.planning as planning
+
+    req = _request(_tables([3, 3, 3]), cap_units=5)
+    monkeypatch.setattr(planning, "cpsat_feasible", lambda *a, **k: ("unknown", None, 9))
+    with pytest.raises(NoPlanFoundError) as err:
+        plan(req)
+    assert "memory-first packing" in err.value.reason and "unknown" in err.value.reason
+    assert err.value.exit_code == 5
+
+
+def test_cli_infeasible_prints_the_certificate_reason_and_exits_3(tmp_path) -> None:
+    req = _request(_tables([3, 3, 3]), cap_units=5)
+    hw = tmp_path / "hw.json"
+    hw.write_text(resolve(req).hardware.model_dump_json())
+    r = subprocess.run(["planner", "plan", "-", "--hardware", str(hw), "-q"],
+                       input=json.dumps(req["model"]), capture_output=True, text=True,
+                       timeout=120, check=False)
+    assert r.returncode == 3, r.stderr
+    assert "CP-SAT proved" in r.stderr and "Traceback" not in r.stderr
