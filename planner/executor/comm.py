@@ -19,6 +19,9 @@ import torch.distributed as dist
 from cost_models.types import CommPrecision
 from planner.executor import quant
 
+# Longest wait for gloo's worker thread to let go of a finished collective's buffers.
+SETTLE_S = 0.05
+
 
 class CollectiveError(RuntimeError):
     """A collective failed: a symptom of another rank's death or hang, not this rank's fault."""
@@ -60,6 +63,21 @@ class Comm:
     def _guard(self, phase: str) -> None:
         self.heartbeat.mark(self.step, phase)
 
+    def _settle(self, *tensors: torch.Tensor) -> None:
+        """Wait (at most SETTLE_S) until this thread holds the only reference to each buffer
+        of a finished collective. Gloo's worker thread drops its own a few microseconds
+        after the collective returns; had it dropped the last one, the buffer would be freed
+        on that thread, where the CPU memory probe (torch.profiler) records no free, and
+        counted as live until its address is reused. CUDA's allocator records frees on any
+        thread, and NCCL's work objects live on: there, nothing to wait for."""
+        if self.device.type != "cpu":
+            return
+        until = time.perf_counter() + SETTLE_S
+        for t in tensors:
+            # The collective's work holds the tensor itself; views hold its storage only.
+            while t._use_count() > 1 and time.perf_counter() < until:
+                time.sleep(0)
+
     def alltoall(self, name: str, send: list[torch.Tensor | None],
                  recv_sizes: list[int]) -> list[torch.Tensor | None]:
         """Exchange uint8 buffers: send[d] goes to rank d; returns what each rank sent here.
@@ -77,6 +95,8 @@ class Comm:
             dist.all_to_all_single(out, inp, out_splits, in_splits)
         except RuntimeError as exc:
             raise CollectiveError(f"all-to-all '{name}' at step {self.step}: {exc}") from exc
+        self._settle(inp, out)
+        del inp
         c = self.counts[name]
         c.sent += sum(in_splits)
         c.recv += sum(out_splits)
@@ -109,6 +129,8 @@ class Comm:
                 req.wait()
             except RuntimeError as exc:
                 raise CollectiveError(f"all-reduce '{name}' at step {self.step}: {exc}") from exc
+            del req
+            self._settle(buf, rbuf)
             c = self.counts[name]
             c.sent += int(buf.numel())
             c.recv += int(rbuf.numel())

@@ -48,6 +48,8 @@ class MemProbe:
         self.init_bytes = 0  # allocated after the rank's tables were built
         self.init_peak = 0
         self._prof: Any = None
+        # CPU: bytes alive at the step's peak, by "phase | operators" that allocated them
+        self.peak_blocks: dict[str, dict[str, int]] = {}
         if self.cuda:
             torch.cuda.synchronize(device)
             torch.cuda.reset_peak_memory_stats(device)
@@ -118,6 +120,8 @@ class MemProbe:
             "init_peak": self.init_peak,
             "rss_hwm": _vm_hwm(),
         }
+        if not self.cuda:
+            out["peak_blocks"] = self.peak_blocks
         if self.cuda:
             out["phase_reserved_peak"] = dict(self.reserved)
             out["step_reserved_peak"] = max(self.reserved.values(), default=0)
@@ -127,29 +131,44 @@ class MemProbe:
         return out
 
     def _replay(self) -> None:
-        """Live bytes over time from the profiler's allocation events; peaks per phase."""
-        events: list[tuple[int, int, int, str | None]] = []  # (time, ptr, size, phase)
+        """Live bytes over time from the profiler's allocation events; peaks per phase, and
+        what was alive at the step's peak (by the phase and operator that allocated it)."""
+        # (time, ptr, size, phase, operator chain below the phase)
+        events: list[tuple[int, int, int, str | None, str]] = []
 
-        def walk(node: Any, phase: str | None) -> None:
+        def walk(node: Any, phase: str | None, ops: tuple[str, ...]) -> None:
             name = node.name
             if name.startswith(_TAG):
                 phase = name[len(_TAG):]
-                events.append((node.start_time_ns, 0, 0, phase))  # phase entry marker
+                ops = ()
+                events.append((node.start_time_ns, 0, 0, phase, ""))  # phase entry marker
             ef = node.extra_fields
-            if type(ef).__name__ == "_ExtraFields_Allocation" and ef.device.type == "cpu":
-                events.append((node.start_time_ns, int(ef.ptr), int(ef.alloc_size), phase))
+            if type(ef).__name__ == "_ExtraFields_Allocation":
+                if ef.device.type == "cpu":
+                    events.append((node.start_time_ns, int(ef.ptr), int(ef.alloc_size), phase,
+                                   " > ".join(ops[:3])))
+                return
+            if not name.startswith(_TAG):
+                ops = (*ops, name)
             for c in node.children:
-                walk(c, phase)
+                walk(c, phase, ops)
 
         for root in self._prof.profiler.kineto_results.experimental_event_tree():
-            walk(root, None)
+            walk(root, None, ())
         events.sort(key=lambda e: e[0])
-        live: dict[int, tuple[int, str | None]] = {}
+        at_peak = self._replay_events(events)
+        if at_peak >= 0:
+            self._breakdown(events, at_peak)
+
+    def _replay_events(self, events: list[tuple[int, int, int, str | None, str]]) -> int:
+        """Peaks per phase; returns the index of the event at the step's peak (-1: none)."""
+        live: dict[int, int] = {}
         total = 0
         measuring = False
         init_done = False
         start = 0
-        for _, ptr, size, phase in events:
+        top, at_top = -1, -1
+        for i, (_, ptr, size, phase, _op) in enumerate(events):
             if ptr == 0 and size == 0:  # a phase or mark begins
                 if phase == "init_mark":
                     self.init_bytes = total
@@ -165,16 +184,38 @@ class MemProbe:
             if size > 0:
                 # An address handed out again was freed, whether or not the profiler saw the
                 # free (frees on the collectives' threads are not recorded).
-                total += size - live.pop(ptr, (0, None))[0]
-                live[ptr] = (size, phase)
+                total += size - live.pop(ptr, 0)
+                live[ptr] = size
             elif ptr in live:  # frees of memory allocated before profiling are not seen
-                total -= live.pop(ptr)[0]
+                total -= live.pop(ptr)
             if not init_done:
                 self.init_peak = max(self.init_peak, total)
             if measuring and phase is not None and phase.startswith("m:"):
                 p = phase[2:]
                 self.peak[p] = max(self.peak[p], total)
                 self.transient[p] = max(self.transient[p], total - start)
+                if total > top:
+                    top, at_top = total, i
+        return at_top
+
+    def _breakdown(self, events: list[tuple[int, int, int, str | None, str]], upto: int
+                   ) -> None:
+        """Bytes alive at event `upto`, by (phase allocated in, operator chain): what the
+        peak is made of, so an excess over the model can be traced to a buffer."""
+        live: dict[int, tuple[int, str]] = {}
+        for _, ptr, size, phase, op in events[:upto + 1]:
+            if ptr == 0 and size == 0:
+                continue
+            if size > 0:
+                live[ptr] = (size, f"{phase or 'setup'} | {op or '-'}")
+            else:
+                live.pop(ptr, None)
+        groups: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+        for size, key in live.values():
+            groups[key][0] += size
+            groups[key][1] += 1
+        self.peak_blocks = {k: {"bytes": v[0], "blocks": v[1]} for k, v in
+                            sorted(groups.items(), key=lambda kv: -kv[1][0])}
 
 
 def _vm_hwm() -> int | None:
