@@ -8,10 +8,18 @@ ssd: the piece in a memory-mapped file, behind a host-memory cache of weights an
 Caches are write-back: a cached row is updated in the cache and written to its backing store
 when it is evicted (or at flush). Each cache slot keeps the row it holds (int64) and its
 position in the sorted lookup index (int64): the 16 bytes per slot the cost model counts.
-Admission (LFU, the cost model's "ideal LFU"): after every step the cache holds the rows with
-the highest access counts among those it held and those just looked up; ties go to the lower
-row. The per-row access counters live in host memory (reported apart: the model omits them).
-LRU is the alternative policy (last-use stamps instead of counts).
+Filled on demand: a cache starts empty and admits only rows that were looked up.
+Policies (cost_models.cache_policy.CachePolicy), FBGEMM's two, fully associative, the content
+updated once per batch (as FBGEMM's prefetch does), after the step:
+- LFU: a count per row over all time; the cache keeps the `slots` most-counted rows among
+  those it holds and those the batch looked up. A looked-up row displaces a held one only
+  with a strictly higher count (FBGEMM's admission), then lower rows first.
+- LRU: a stamp per row, the position in the lookup stream of its last use; the cache keeps
+  the `slots` most recently used rows: at every batch start it holds what a per-lookup LRU
+  cache would.
+A lookup hits when its row was cached at the batch's start: `hits / lookups` is the per-lookup
+hit rate cache_policy.py predicts. The per-row counts and stamps live in host memory
+(reported apart as extra_ddr: the cost model does not count them).
 """
 
 from collections.abc import Callable
@@ -22,6 +30,7 @@ import numpy as np
 import torch
 
 from cost_models import Tier, cache_rows
+from cost_models.cache_policy import CachePolicy
 from cost_models.types import DataType
 from planner.executor import kernels
 
@@ -118,8 +127,9 @@ class CachedStore(RowStore):
     state in host memory, the piece in a memory-mapped file)."""
 
     def __init__(self, w: torch.Tensor, s: torch.Tensor, tier: Tier, cache_ratio: float,
-                 device: torch.device, policy: str, ssd_path: Path | None = None) -> None:
-        self.tier, self.device, self.policy = tier, device, policy
+                 device: torch.device, policy: CachePolicy | str,
+                 ssd_path: Path | None = None) -> None:
+        self.tier, self.device, self.policy = tier, device, CachePolicy(policy)
         rows = w.shape[0]
         self.rows = rows
         if tier is Tier.SSD:
@@ -140,7 +150,7 @@ class CachedStore(RowStore):
         self.keys = torch.full((slots,), rows, dtype=torch.int64, device=self.cache_device)
         self.slot_of_key = torch.arange(slots, dtype=torch.int64, device=self.cache_device)
         self.score = torch.zeros(rows, dtype=torch.int64)  # host: LFU counts / LRU stamps
-        self.clock = 0
+        self.clock = 0  # lookups so far: LRU stamps count them
         self.touched: list[torch.Tensor] = []
         self.hits = self.lookups = 0
 
@@ -174,13 +184,16 @@ class CachedStore(RowStore):
         return cached.to(self.device) + missed.to(self.device)
 
     def _count(self, ids_h: torch.Tensor, hit: torch.Tensor) -> None:
+        n = int(ids_h.numel())
         self.hits += int(hit.sum())
-        self.lookups += int(ids_h.numel())
-        self.clock += 1
-        if self.policy == "lfu":
+        self.lookups += n
+        if self.policy is CachePolicy.LFU:
             self.score.index_add_(0, ids_h, torch.ones_like(ids_h))
         else:
-            self.score[ids_h] = self.clock
+            # A row's stamp: the stream position of its last lookup (amax over repeats).
+            stamps = torch.arange(self.clock + 1, self.clock + n + 1, dtype=torch.int64)
+            self.score.scatter_reduce_(0, ids_h, stamps, reduce="amax")
+        self.clock += n
         self.touched.append(ids_h)
 
     def update(self, uniq: torch.Tensor, fn: UpdateFn) -> None:
@@ -207,17 +220,22 @@ class CachedStore(RowStore):
             self.s[u] = s.cpu()
 
     def end_step(self) -> None:
-        """Re-admit: keep the `slots` best-scored rows among those held and those looked up."""
+        """The policy's new content: the `slots` best rows among those held and those the
+        batch looked up; evicted rows are written back, admitted rows copied in."""
         if not self.touched:
             return
-        held = self.keys[self.keys < self.rows].cpu()
-        cand = torch.unique(torch.cat([held, *self.touched]))  # sorted: ties -> lower row
-        self.touched = []
-        order = torch.sort(self.score[cand], descending=True, stable=True).indices
-        keep = torch.sort(cand[order[:self.slots]]).values
         old_keys = self.keys.cpu()
         old_slots = self.slot_of_key.cpu()
         valid = old_keys < self.rows
+        held = old_keys[valid]
+        cand = torch.unique(torch.cat([held, *self.touched]))  # sorted: ties -> lower row
+        self.touched = []
+        key = self.score[cand]
+        if self.policy is CachePolicy.LFU:
+            # Equal counts: the held row stays (a newcomer needs a strictly higher count).
+            key = key * 2 + torch.isin(cand, held).to(torch.int64)
+        order = torch.sort(key, descending=True, stable=True).indices
+        keep = torch.sort(cand[order[:self.slots]]).values
         stays = torch.isin(old_keys, keep) & valid
         leaves = valid & ~stays
         # Write evicted rows back to their backing store.
@@ -228,20 +246,21 @@ class CachedStore(RowStore):
         used = torch.zeros(self.slots, dtype=torch.bool)
         used[old_slots[stays]] = True
         free = torch.nonzero(~used).reshape(-1)
-        slot_of_row = dict(zip(old_keys[stays].tolist(), old_slots[stays].tolist(), strict=True))
         new_rows = keep[~torch.isin(keep, old_keys[stays])]
         fill = free[:new_rows.numel()]
         if new_rows.numel():
             self.cw[fill.to(self.cache_device)] = self.w[new_rows].to(self.cache_device)
             if self.cs is not None:
                 self.cs[fill] = self.s[new_rows]
-        slot_of_row.update(zip(new_rows.tolist(), fill.tolist(), strict=True))
+        # The new index: held and admitted rows sorted, each with its slot; then the empties.
+        rows_in = torch.cat([old_keys[stays], new_rows])
+        slots_in = torch.cat([old_slots[stays], fill])
+        by_row = torch.sort(rows_in).indices
         n = keep.numel()
         keys = torch.full((self.slots,), self.rows, dtype=torch.int64)
         slot_of_key = torch.arange(self.slots, dtype=torch.int64)
-        keys[:n] = keep
-        slot_of_key[:n] = torch.tensor([slot_of_row[r] for r in keep.tolist()],
-                                       dtype=torch.int64)
+        keys[:n] = rows_in[by_row]
+        slot_of_key[:n] = slots_in[by_row]
         slot_of_key[n:] = free[new_rows.numel():]
         self.keys = keys.to(self.cache_device)
         self.slot_of_key = slot_of_key.to(self.cache_device)
@@ -284,7 +303,8 @@ def _memmapped(path: Path, w: torch.Tensor, s: torch.Tensor
 
 
 def make_store(w: torch.Tensor, s: torch.Tensor, tier: Tier, cache_ratio: float,
-               device: torch.device, policy: str, ssd_path: Path | None) -> RowStore:
+               device: torch.device, policy: CachePolicy | str, ssd_path: Path | None
+               ) -> RowStore:
     if tier in (Tier.HBM, Tier.DDR):
         return DenseStore(w, s, tier, device)
     return CachedStore(w, s, tier, cache_ratio, device, policy, ssd_path)
