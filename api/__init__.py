@@ -1,4 +1,4 @@
-"""The HTTP service: a FastAPI app around `planner.plan()` (DESIGN.md, "The service").
+"""The HTTP service: a FastAPI app around `planner.plan()` (docs/DESIGN.md, "The service").
 
 `api.app.create_app(settings)` builds the app; `planner serve` runs it with uvicorn. Nothing
 is imported here: `planner` imports `api.cli` on every command, and must start fast.

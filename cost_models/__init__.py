@@ -1,6 +1,7 @@
 """Analytic performance and memory models for sharded embedding tables (numpy only)."""
 
 from cost_models.access import AccessModel, CurveAccess, UniformAccess, ZipfAccess
+from cost_models.cache_policy import CachePolicy
 from cost_models.cost import CostBreakdown, piece_cost, traffic_cost
 from cost_models.geometry import ModelGeom, TableGeom, cache_rows
 from cost_models.hardware import CostConstants, HardwareProfile
@@ -17,6 +18,7 @@ from cost_models.types import CommPrecision, DataType, Optimizer, ShardingType, 
 
 __all__ = [
     "AccessModel",
+    "CachePolicy",
     "CommPrecision",
     "CostBreakdown",
     "CostConstants",

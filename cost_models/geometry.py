@@ -3,6 +3,7 @@
 from dataclasses import dataclass
 
 from cost_models.access import AccessModel
+from cost_models.cache_policy import DEFAULT_POLICY, CachePolicy
 from cost_models.types import CommPrecision, DataType, Optimizer
 
 
@@ -14,6 +15,8 @@ class TableGeom:
     access: AccessModel
     data_type: DataType
     optimizer: Optimizer
+    # Eviction policy of the table's cache (hbm_cache, ssd tiers): what its hit rate follows.
+    cache_policy: CachePolicy = DEFAULT_POLICY
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Bytes a piece moves per training step, by where they move.
 
-Notation (DESIGN.md, "Cost model"): b the per-GPU batch, W the GPUs, G GPUs per host,
+Notation (docs/DESIGN.md, "Cost model"): b the per-GPU batch, W the GPUs, G GPUs per host,
 B = b*W, p the pooling factor, d the piece's columns, r its share of the table's ids.
 A sharded piece serves all B samples; a data-parallel replica serves its own b.
 

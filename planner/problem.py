@@ -13,6 +13,7 @@ from cost_models import (
     ZipfAccess,
     owner_buffers,
 )
+from cost_models.cache_policy import DEFAULT_POLICY
 from cost_models.sizes import optimizer_state_row_bytes, weight_row_bytes
 from planner.errors import BadInputError
 from planner.spec import ResolvedRequest, TableConstraints, TableSpec
@@ -70,6 +71,7 @@ def table_geom(spec: TableSpec) -> TableGeom:
         access=access_model(spec),
         data_type=spec.data_type,
         optimizer=spec.optimizer,
+        cache_policy=spec.cache_policy or DEFAULT_POLICY,
     )
 
 

@@ -1,1 +1,1 @@
-"""The PyTorch executor: runs a plan on torch.distributed and measures it (DESIGN.md)."""
+"""The PyTorch executor: runs a plan on torch.distributed and measures it (docs/DESIGN.md)."""

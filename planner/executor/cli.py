@@ -50,12 +50,15 @@ def register(app: typer.Typer) -> None:
         batch: Annotated[int | None, typer.Option(help="samples per rank (default: the "
                                                        "plan's)")] = None,
         steps: Annotated[int, typer.Option(help="training steps measured")] = 5,
-        warmup_steps: Annotated[int, typer.Option(
-            help="forward-only steps first, to warm caches")] = 0,
+        warmup_steps: Annotated[int | None, typer.Option(
+            help="forward-only steps first, to warm caches (default: as many as the plan's "
+                 "caches need to reach their steady state)")] = None,
         seed: Annotated[int, typer.Option()] = 0,
         lr: Annotated[float, typer.Option(help="learning rate")] = 0.01,
         device: Annotated[Device, typer.Option(help="cpu (gloo) or cuda (NCCL)")] = Device.cpu,
-        cache_policy: Annotated[Policy, typer.Option()] = Policy.lfu,
+        cache_policy: Annotated[Policy | None, typer.Option(
+            help="run every cache with this policy (default: each table's cache_policy, lfu "
+                 "when absent)")] = None,
         timeout: Annotated[float, typer.Option(help="seconds for the whole run")] = 600.0,
         collective_timeout: Annotated[float, typer.Option(
             help="seconds a collective may wait for a peer")] = 60.0,
@@ -101,7 +104,8 @@ def register(app: typer.Typer) -> None:
         from planner.executor.run import execute, prepare
 
         opts = RunOptions(steps=steps, warmup_steps=warmup_steps, seed=seed, lr=lr,
-                          device=device.value, cache_policy=cache_policy.value,
+                          device=device.value,
+                          cache_policy=cache_policy.value if cache_policy else None,
                           collective_timeout_s=collective_timeout, eps=eps, fault=fault)
         if (prepare_only or collect) and run_dir is None:
             fail("--prepare-only and --collect need --run-dir", 2)

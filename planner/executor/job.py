@@ -13,12 +13,16 @@ JOB_FILE = "job.json"
 @dataclass(frozen=True)
 class RunOptions:
     steps: int = 5
-    warmup_steps: int = 0  # forward-only steps first: caches warm up, weights do not change
+    # Forward-only steps first: caches warm up, weights do not change. None: as many as the
+    # plan's caches need (warmup.warmup_steps), fixed by `prepare` before the ranks start.
+    warmup_steps: int | None = None
     seed: int = 0
     lr: float = 0.01
     eps: float = 1e-8  # of the Adagrad, row-wise Adagrad and Adam updates
     device: str = "cpu"  # "cpu" (gloo) or "cuda" (NCCL, one GPU per rank)
-    cache_policy: str = "lfu"  # or "lru"
+    # "lfu" or "lru" for every cached table, in place of each table's own (its spec's
+    # cache_policy, lfu when absent); None: the tables' own.
+    cache_policy: str | None = None
     collective_timeout_s: float = 60.0
     keep_outputs: bool = True  # keep pooled outputs and weights for the reference check
     # Test hook: "die:RANK:STEP" (the rank exits), "kill:RANK:STEP" (SIGKILL, as kill -9),

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from cost_models import AccessModel, ShardingType, Tier
+from cost_models import AccessModel, CachePolicy, ShardingType, Tier
 from cost_models.types import ROW_SPLIT_TYPES, CommPrecision, DataType, Optimizer
 from planner.plan_model import Plan
 from planner.problem import build_problem
@@ -57,6 +57,7 @@ class TableExec:
     access: AccessModel
     data_type: DataType
     optimizer: Optimizer
+    cache_policy: CachePolicy  # of its caches (hbm_cache, ssd)
     pieces: tuple[Piece, ...]
     chunks: tuple[Chunk, ...]
 
@@ -121,7 +122,8 @@ def exec_layout(plan: Plan) -> ExecLayout:
             index=ti, name=tp.name, kind=tp.sharding_type, tier=tp.tier,
             cache_ratio=tp.cache_ratio if tp.cache_ratio is not None else 1.0,
             rows=geom.rows, dim=geom.dim, pooling=geom.pooling, access=geom.access,
-            data_type=geom.data_type, optimizer=geom.optimizer, pieces=pieces, chunks=chunks,
+            data_type=geom.data_type, optimizer=geom.optimizer, cache_policy=geom.cache_policy,
+            pieces=pieces, chunks=chunks,
         ))
     return ExecLayout(
         tables=tuple(tables), world=hw.world_size, gpus_per_host=hw.gpus_per_host,

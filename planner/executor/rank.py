@@ -1,6 +1,6 @@
 """One rank of the executor: its pieces, and one training step over torch.distributed.
 
-A step, per DESIGN.md:
+A step, per docs/DESIGN.md:
 1. input all-to-all: every rank sends, for each piece, its samples' bag lengths (int32 by
    default) and the ids that piece serves (int64 by default): all ids for table-/column-wise
    pieces, the ids in the piece's row range for row-split pieces. The lengths go first, in an

@@ -7,13 +7,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cost_models import ShardingType, UniformAccess, ZipfAccess
+from cost_models import ShardingType, UniformAccess, cache_rows
 from cost_models.types import CommPrecision
 from planner.executor.job import RunOptions, tensors_file, write_job
 from planner.executor.launch import launch
 from planner.executor.layout import ExecLayout, check_wire_widths, exec_layout
 from planner.executor.predict import predict
-from planner.executor.scale import scaled_plan
+from planner.executor.scale import scaled_plan, with_cache_policy
+from planner.executor.warmup import warmup_steps
 from planner.plan_model import Plan
 
 # The reference (reference.py) is float64 and shares no code with the ranks, so nothing is
@@ -52,6 +53,7 @@ UNIT_ROUNDOFF = {CommPrecision.FP32: 2.0**-24, CommPrecision.FP16: 2.0**-11,
 STORAGE_ROUNDOFF = {"fp32": 2.0**-24, "fp16": 2.0**-11, "bf16": 2.0**-8}
 ERROR_GAIN = 8.0
 HIT_RATE_POINTS = 0.02
+HIT_SIGMAS = 3.0
 # Row-split pieces receive the ids that fall in their rows: a random count whose expectation is
 # the model's figure. Allowed deviation for uniform access: this many standard deviations.
 ID_SIGMAS = 5.0
@@ -77,6 +79,7 @@ class ExecutionReport:
     pieces: list[dict[str, Any]] = field(default_factory=list)
     checks: list[Check] = field(default_factory=list)
     errors: dict[str, dict[str, float]] = field(default_factory=dict)
+    warmup_steps: int = 0  # forward-only steps before the measured ones (caches warmed)
 
     @property
     def ok(self) -> bool:
@@ -104,7 +107,11 @@ def prepare(plan: Plan, opts: RunOptions, run_dir: Path, scale_rows: float = 1.0
             batch: int | None = None, reference: bool = True) -> int:
     """Write the job (the scaled plan and options) for the ranks; returns the world size."""
     run = scaled_plan(plan, scale_rows, batch)
-    opts = RunOptions(**{**asdict(opts), "scale_rows": scale_rows,
+    if opts.cache_policy is not None:
+        run = with_cache_policy(run, opts.cache_policy)
+    # The warm-up the caches of the plan that runs need, unless the caller fixed one.
+    warm = warmup_steps(run) if opts.warmup_steps is None else opts.warmup_steps
+    opts = RunOptions(**{**asdict(opts), "scale_rows": scale_rows, "warmup_steps": warm,
                          "keep_outputs": opts.keep_outputs and reference})
     lay = exec_layout(run)
     check_wire_widths(lay)
@@ -141,6 +148,7 @@ def collect(run_dir: Path) -> ExecutionReport:
     measured = [json.loads(result_file(run_dir, r).read_text()) for r in range(lay.world)]
     rep = ExecutionReport(run.plan_hash, lay.world, lay.batch, opts.steps, opts.scale_rows,
                           opts.device)
+    rep.warmup_steps = opts.warmup_steps or 0
     _compare_model(rep, run, lay, measured)
     _compare_peak(rep, run, measured)
     if opts.keep_outputs:
@@ -295,10 +303,14 @@ def _compare_pieces(rep: ExecutionReport, lay: ExecLayout, measured: list[dict[s
         elif not _close(got, pp.ids_bytes * drawn):
             exact_bad.append(pp.key)
         if pp.hit_rate is not None and measured_hit is not None:
-            hits.append(f"{pp.table}[{pp.key}] {measured_hit:.4f} vs {pp.hit_rate:.4f}")
-            if isinstance(t.access, ZipfAccess) and abs(measured_hit - pp.hit_rate) > \
-                    HIT_RATE_POINTS:
-                hit_bad.append(pp.key)
+            allowed = hit_allowance(pp.hit_rate, cache["lookups"], rep.steps,
+                                    cache_rows(t.cache_ratio, t.pieces[j].rows))
+            entry["hit_rate"]["allowed"] = allowed
+            entry["hit_rate"]["policy"] = t.cache_policy.value
+            hits.append(f"{pp.table}[{pp.key}] {t.cache_policy.value} {measured_hit:.4f} vs "
+                        f"{pp.hit_rate:.4f} (+-{allowed:.3f})")
+            if abs(measured_hit - pp.hit_rate) > allowed:
+                hit_bad.append(hits[-1])
     for band, pred in band_pred.items():
         if not _close(band_meas[band], pred):
             sum_bad.append(f"{lay.tables[band[0]].name} cols {band[1]}+ "
@@ -316,8 +328,24 @@ def _compare_pieces(rep: ExecutionReport, lay: ExecLayout, measured: list[dict[s
     rep.checks.append(Check(
         "bytes: input ids of row-split pieces (an expectation), uniform tables",
         not stat_bad, "; ".join(stat_bad) or f"within {ID_SIGMAS:g} standard deviations"))
-    rep.checks.append(Check(f"cache hit rate within {HIT_RATE_POINTS * 100:g} points (zipf)",
-                            not hit_bad, "; ".join(hits) or "no cached pieces"))
+    rep.checks.append(Check(
+        f"cache hit rate per lookup vs its policy's model, within {HIT_RATE_POINTS * 100:g} "
+        f"points or {HIT_SIGMAS:g} standard errors", not hit_bad,
+        ("off: " + "; ".join(hit_bad)) if hit_bad else ("; ".join(hits) or "no cached pieces")))
+
+
+def hit_allowance(predicted: float, lookups: int, steps: int, slots: int) -> float:
+    """How far a measured hit rate may fall from the model's: HIT_RATE_POINTS, or HIT_SIGMAS
+    standard errors where the run's lookups are too few for that. A binomial standard error,
+    widened by sqrt(1 + lookups per step / slots): the cache's content is one draw per step
+    (it turns over within a step when a step looks up more rows than it holds), so lookups of
+    one step are not independent samples. On the store alone (LRU and LFU, uniform and zipf 1.0,
+    60 to 2000 rows, 40 seeds per case, 640 runs) the widened |z| stayed within 1.6."""
+    if lookups <= 0:
+        return 1.0
+    per_step = lookups / max(steps, 1)
+    var = predicted * (1 - predicted) / lookups * (1 + per_step / max(slots, 1))
+    return max(HIT_RATE_POINTS, HIT_SIGMAS * math.sqrt(var))
 
 
 def output_bound(lay: ExecLayout, t: Any, ref: Any) -> Any:

@@ -70,3 +70,19 @@ def scaled_plan(plan: Plan, scale_rows: float = 1.0, batch: int | None = None) -
     layout = PlanLayout.model_validate_json(
         PlanLayout(request=request, tables=tables).model_dump_json())
     return evaluate(layout)
+
+
+def with_cache_policy(plan: Plan, policy: str) -> Plan:
+    """The plan with every table's cache policy set to `policy` (lfu or lru), re-evaluated:
+    the hit rates the executor checks are the model's for the policy that runs."""
+    model = plan.request.model
+    from cost_models import CachePolicy
+
+    specs = [s.model_copy(update={"cache_policy": CachePolicy(policy)}) for s in model.tables]
+    request = plan.request.model_copy(update={"model": model.model_copy(update={
+        "tables": specs})})
+    from planner.planning import evaluate
+
+    layout = PlanLayout.model_validate_json(
+        PlanLayout(request=request, tables=plan.tables).model_dump_json())
+    return evaluate(layout)

@@ -74,7 +74,7 @@ def run(run_dir: Path, rank: int, world: int, local_rank: int) -> dict:
     try:
         comm = Comm(rank, world, device, hb)
         ex = RankExecutor(lay, rank, device, comm, opts, run_dir)
-        for i in range(opts.warmup_steps):
+        for i in range(opts.warmup_steps or 0):  # prepare() resolved None
             ex.step(-1 - i, train=False)
         ex.reset_counters()
         outputs = {}

@@ -1,7 +1,7 @@
 """The CP-SAT model of the partition: one candidate per table, a place for every group, caps,
 minimise the slowest GPU.
 
-Variables, per table t and candidate c (DESIGN.md, "Partitioning"):
+Variables, per table t and candidate c (docs/DESIGN.md, "Partitioning"):
   x[t,c]             the table uses candidate c (exactly one per table);
   GPU scope          y[t,c,g,r]: group g (one piece) on rank r, sum_r y = x;
   HOST_FIXED scope   z[t,c,g,h]: group g on host h (piece j on the host's j-th GPU), sum_h z = x;

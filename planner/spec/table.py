@@ -1,11 +1,18 @@
 """Input model of one embedding table and its optional constraints."""
 
 import itertools
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+)
 
-from cost_models import DataType, Optimizer, ShardingType, Tier
+from cost_models import CachePolicy, DataType, Optimizer, ShardingType, Tier
 
 # Rows beyond this are not a table any cluster holds (1e13 rows of 1 fp32 element = 40 TB).
 MAX_ROWS = 10**13
@@ -68,3 +75,14 @@ class TableSpec(StrictModel):
     data_type: DataType = DataType.FP32
     optimizer: Optimizer = Optimizer.ROWWISE_ADAGRAD
     constraints: TableConstraints | None = None
+    # Eviction policy of the table's cache if a plan caches it (hbm_cache, ssd): lfu or lru,
+    # as FBGEMM's cache_algorithm (TorchRec's CacheParams.algorithm). Absent: lfu. Left out
+    # of the JSON when absent, so requests and plans written before it keep their hashes.
+    cache_policy: CachePolicy | None = None
+
+    @model_serializer(mode="wrap")
+    def _drop_absent_policy(self, handler: SerializerFunctionWrapHandler) -> Any:
+        data = handler(self)
+        if isinstance(data, dict) and "cache_policy" in data and data["cache_policy"] is None:
+            del data["cache_policy"]
+        return data

@@ -12,12 +12,13 @@ from planner.executor.demo import all_types_plan  # noqa: E402
 from planner.executor.job import RunOptions  # noqa: E402
 from planner.executor.run import ExecutionReport, execute  # noqa: E402
 
-# Enough forward-only steps (of 64 samples per rank) for the LFU counts to find the hot rows.
-WARMUP = 15
+# The default warm-up: as many forward-only steps as the plan's caches need to reach their
+# policy's steady state (planner/executor/warmup.py; 29 steps of 64 samples per rank here).
+WARMUP = None
 BATCH = 64
 
 
-def _run(tmp: Path, fwd: str, bwd: str, warmup: int, batch: int = BATCH
+def _run(tmp: Path, fwd: str, bwd: str, warmup: int | None, batch: int = BATCH
          ) -> tuple[ExecutionReport, Path]:
     tmp.mkdir(parents=True, exist_ok=True)
     rep = execute(all_types_plan(fwd, bwd, batch), RunOptions(steps=5, warmup_steps=warmup,
