@@ -20,10 +20,17 @@ _DEFAULT_CONSTANTS = CostConstants()
 
 
 class GpuSpec(StrictModel):
-    name: str
-    hbm_capacity_bytes: Capacity
-    hbm_reserved_bytes: Capacity = ByteSize(0)
-    hbm_bandwidth_gb_per_s: GBps
+    name: str = Field(description="GPU model name (informational).")
+    hbm_capacity_bytes: Capacity = Field(
+        description=(
+            'HBM per GPU, in bytes (an integer, or a size such as "80GiB" or "80GB").'))
+    hbm_reserved_bytes: Capacity = Field(
+        ByteSize(0), description=(
+            "HBM per GPU kept for the dense model, activations and the framework, in bytes; "
+            "the embeddings and their step buffers may use the rest."))
+    hbm_bandwidth_gb_per_s: GBps = Field(
+        description=(
+            "Peak HBM bandwidth per GPU, in GB/s (1e9 bytes per second)."))
 
     @model_validator(mode="after")
     def _reserve_below_capacity(self) -> "GpuSpec":
@@ -33,11 +40,19 @@ class GpuSpec(StrictModel):
 
 
 class HostSpec(StrictModel):
-    ddr_capacity_bytes: Capacity
-    ddr_reserved_bytes: Capacity = ByteSize(0)
-    ddr_bandwidth_gb_per_s: GBps
-    ssd_capacity_bytes: Capacity = ByteSize(0)
-    ssd_bandwidth_gb_per_s: GBps = 1.0
+    ddr_capacity_bytes: Capacity = Field(description="Host DDR memory per host, in bytes.")
+    ddr_reserved_bytes: Capacity = Field(
+        ByteSize(0), description=(
+            "DDR per host kept for other uses, in bytes."))
+    ddr_bandwidth_gb_per_s: GBps = Field(
+        description=(
+            "Host DDR bandwidth per host, in GB/s; each GPU gets 1/gpus_per_host of it."))
+    ssd_capacity_bytes: Capacity = Field(
+        ByteSize(0), description=(
+            "SSD capacity per host, in bytes (0: no SSD tier)."))
+    ssd_bandwidth_gb_per_s: GBps = Field(
+        1.0, description=(
+            "SSD read bandwidth per host, in GB/s; each GPU gets 1/gpus_per_host of it."))
 
     @model_validator(mode="after")
     def _reserve_below_capacity(self) -> "HostSpec":
@@ -49,45 +64,79 @@ class HostSpec(StrictModel):
 class LinkSpec(StrictModel):
     """Per GPU, per direction."""
 
-    nvlink_gb_per_s: GBps
-    nic_gb_per_s: GBps
-    pcie_gb_per_s: GBps
+    nvlink_gb_per_s: GBps = Field(
+        description=(
+            "GPU-to-GPU bandwidth inside a host (NVLink), per GPU and direction, in GB/s."))
+    nic_gb_per_s: GBps = Field(
+        description=(
+            "Inter-host network bandwidth of each GPU's NIC, per direction, in GB/s."))
+    pcie_gb_per_s: GBps = Field(
+        description=(
+            "Host-to-GPU bandwidth (PCIe) per GPU and direction, in GB/s."))
 
 
 class ConstantsSpec(StrictModel):
     """The cost model's named constants; see cost_models.hardware.CostConstants for sources."""
 
-    hbm_efficiency: Efficiency = _DEFAULT_CONSTANTS.hbm_efficiency
-    pcie_efficiency: Efficiency = _DEFAULT_CONSTANTS.pcie_efficiency
-    ddr_efficiency: Efficiency = _DEFAULT_CONSTANTS.ddr_efficiency
-    ssd_efficiency: Efficiency = _DEFAULT_CONSTANTS.ssd_efficiency
-    nvlink_efficiency: Efficiency = _DEFAULT_CONSTANTS.nvlink_efficiency
-    nic_efficiency: Efficiency = _DEFAULT_CONSTANTS.nic_efficiency
-    ssd_read_granularity_bytes: Annotated[int, Field(strict=True, ge=1, le=1 << 24)] = (
-        _DEFAULT_CONSTANTS.ssd_read_granularity_bytes
-    )
-    id_bytes: Annotated[int, Field(strict=True, ge=1, le=16)] = _DEFAULT_CONSTANTS.id_bytes
-    length_bytes: Annotated[int, Field(strict=True, ge=0, le=8)] = (
-        _DEFAULT_CONSTANTS.length_bytes
-    )
-    cache_metadata_bytes_per_row: Annotated[int, Field(strict=True, ge=0, le=1024)] = (
-        _DEFAULT_CONSTANTS.cache_metadata_bytes_per_row
-    )
-    piece_overhead_s: Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)] = (
-        _DEFAULT_CONSTANTS.piece_overhead_s
-    )
+    hbm_efficiency: Efficiency = Field(
+        _DEFAULT_CONSTANTS.hbm_efficiency, description=(
+            "Share of peak HBM bandwidth the embedding lookup kernels reach on random rows (a"
+            " fraction in (0, 1])."))
+    pcie_efficiency: Efficiency = Field(
+        _DEFAULT_CONSTANTS.pcie_efficiency, description=(
+            "Share of PCIe bandwidth that reads of host-resident rows reach (a fraction in "
+            "(0, 1])."))
+    ddr_efficiency: Efficiency = Field(
+        _DEFAULT_CONSTANTS.ddr_efficiency, description=(
+            "Share of host DDR bandwidth that random row reads reach (a fraction in (0, 1])."))
+    ssd_efficiency: Efficiency = Field(
+        _DEFAULT_CONSTANTS.ssd_efficiency, description=(
+            "Share of the SSD's read bandwidth that random page reads reach (a fraction in "
+            "(0, 1])."))
+    nvlink_efficiency: Efficiency = Field(
+        _DEFAULT_CONSTANTS.nvlink_efficiency, description=(
+            "Share of NVLink bandwidth an all-to-all reaches (a fraction in (0, 1])."))
+    nic_efficiency: Efficiency = Field(
+        _DEFAULT_CONSTANTS.nic_efficiency, description=(
+            "Share of NIC bandwidth an all-to-all reaches (a fraction in (0, 1])."))
+    ssd_read_granularity_bytes: Annotated[int, Field(strict=True, ge=1, le=1 << 24)] = Field(
+        _DEFAULT_CONSTANTS.ssd_read_granularity_bytes, description=(
+            "Least bytes the SSD reads (and writes) per missed row: one page, in bytes."))
+    id_bytes: Annotated[int, Field(strict=True, ge=1, le=16)] = Field(
+        _DEFAULT_CONSTANTS.id_bytes, description=(
+            "Bytes per sparse id in the input all-to-all (8: int64)."))
+    length_bytes: Annotated[int, Field(strict=True, ge=0, le=8)] = Field(
+        _DEFAULT_CONSTANTS.length_bytes, description=(
+            "Bytes per bag length in the input all-to-all, one per sample and piece (4: "
+            "int32)."))
+    cache_metadata_bytes_per_row: Annotated[int, Field(strict=True, ge=0, le=1024)] = Field(
+        _DEFAULT_CONSTANTS.cache_metadata_bytes_per_row, description=(
+            "Bytes of bookkeeping per cache slot (the cached row's index and its LRU/LFU "
+            "stamp), in bytes."))
+    piece_overhead_s: Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)] = Field(
+        _DEFAULT_CONSTANTS.piece_overhead_s, description=(
+            "Fixed time each piece adds to its GPU per step, in seconds."))
 
 
 class HardwareSpec(StrictModel):
-    name: str = "custom"
-    description: str = ""
-    sources: list[str] = Field(default_factory=list)
-    hosts: Annotated[int, Field(strict=True, ge=1, le=4096)]
-    gpus_per_host: Annotated[int, Field(strict=True, ge=1, le=64)]
-    gpu: GpuSpec
-    host: HostSpec
-    links: LinkSpec
-    constants: ConstantsSpec = ConstantsSpec()
+    name: str = Field("custom", description="Hardware name (informational).")
+    description: str = Field("", description="Free text (informational).")
+    sources: list[str] = Field(
+        default_factory=list, description=(
+            "Where the numbers come from (informational)."))
+    hosts: Annotated[int, Field(strict=True, ge=1, le=4096)] = Field(description="Number of hosts.")
+    gpus_per_host: Annotated[int, Field(strict=True, ge=1, le=64)] = Field(
+        description=(
+            "GPUs per host."))
+    gpu: GpuSpec = Field(description="Each GPU (all are identical).")
+    host: HostSpec = Field(description="Each host's memories (all hosts are identical).")
+    links: LinkSpec = Field(
+        description=(
+            "Bandwidths of the links between GPUs, hosts and host memory."))
+    constants: ConstantsSpec = Field(
+        ConstantsSpec(), description=(
+            "The cost model's named constants (defaults and their sources: "
+            "cost_models/hardware.py, CostConstants)."))
 
     def profile(self) -> HardwareProfile:
         """The cost model's view: bandwidths in bytes per second."""
@@ -113,6 +162,14 @@ class HardwareSpec(StrictModel):
 class HardwareRef(StrictModel):
     """A named preset, a host count, and overrides of any preset field (merged deeply)."""
 
-    preset: str
-    hosts: Annotated[int, Field(strict=True, ge=1, le=4096)] | None = None
-    overrides: dict[str, Any] = Field(default_factory=dict)
+    preset: str = Field(
+        description=(
+            "Name of a bundled hardware preset (`planner presets` lists them, e.g. h100, "
+            "h200, zionex_a100)."))
+    hosts: Annotated[int, Field(strict=True, ge=1, le=4096)] | None = Field(
+        None, description=(
+            "Number of hosts (default: the preset's)."))
+    overrides: dict[str, Any] = Field(
+        default_factory=dict, description=(
+            "Preset fields to replace, as a nested object merged deeply into the preset, e.g."
+            ' {"gpu": {"hbm_reserved_bytes": "16GiB"}}.'))

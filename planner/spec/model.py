@@ -11,22 +11,40 @@ MAX_TABLES = 100_000
 
 
 class Provenance(StrictModel):
-    repo: str
-    path: str
-    commit: str | None = None
-    what: str | None = None
+    repo: str = Field(description="Repository the numbers come from (owner/name).")
+    path: str = Field(description="File in that repository.")
+    commit: str | None = Field(None, description="Commit the file was read at.")
+    what: str | None = Field(None, description="What was taken from the file.")
 
 
 class ModelSpec(StrictModel):
-    name: str = "model"
-    description: str = ""
-    provenance: list[Provenance] = Field(default_factory=list)
-    notes: list[str] = Field(default_factory=list)
-    batch_size_per_gpu: Annotated[int, Field(strict=True, ge=1, le=10_000_000)]
-    fwd_comm_precision: CommPrecision = CommPrecision.FP32
-    bwd_comm_precision: CommPrecision = CommPrecision.FP32
-    pipelined: Annotated[bool, Field(strict=True)] = False
-    tables: Annotated[list[TableSpec], Field(min_length=1, max_length=MAX_TABLES)]
+    name: str = Field("model", description="Model name (informational).")
+    description: str = Field("", description="Free text (informational).")
+    provenance: list[Provenance] = Field(
+        default_factory=list, description=(
+            "Where the model's numbers come from (informational)."))
+    notes: list[str] = Field(
+        default_factory=list, description=(
+            "Assumptions behind the numbers (informational)."))
+    batch_size_per_gpu: Annotated[int, Field(strict=True, ge=1, le=10_000_000)] = Field(
+        description=(
+            "Training samples per GPU per step (samples); the global batch is this times the "
+            "number of GPUs."))
+    fwd_comm_precision: CommPrecision = Field(
+        CommPrecision.FP32, description=(
+            "Precision of the forward output all-to-all (pooled embeddings): fp32 4 bytes per"
+            " element, fp16 or bf16 2, fp8 or int8 1 plus a 4-byte scale per vector."))
+    bwd_comm_precision: CommPrecision = Field(
+        CommPrecision.FP32, description=(
+            "Precision of the backward all-to-all (gradients of the pooled embeddings) and of"
+            " a data-parallel table's gradient all-reduce; bytes as for fwd_comm_precision."))
+    pipelined: Annotated[bool, Field(strict=True)] = Field(
+        False, description=(
+            "Whether lookups and communication overlap: a GPU's step time is then "
+            "max(compute, communication) instead of their sum."))
+    tables: Annotated[list[TableSpec], Field(min_length=1, max_length=MAX_TABLES)] = Field(
+        description=(
+            "The embedding tables, with unique names."))
 
     @field_validator("tables")
     @classmethod

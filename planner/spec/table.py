@@ -30,19 +30,32 @@ Fraction = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]
 
 
 class UniformAccess(StrictModel):
-    kind: Literal["uniform"] = "uniform"
+    kind: Literal["uniform"] = Field(
+        "uniform", description=(
+            "Every row is equally likely to be looked up."))
 
 
 class ZipfAccess(StrictModel):
-    kind: Literal["zipf"]
-    alpha: Annotated[float, Field(gt=0.0, le=10.0, allow_inf_nan=False)]
+    kind: Literal["zipf"] = Field(
+        description=(
+            "Zipf access: the row of popularity rank k is looked up with probability "
+            "proportional to k^-alpha."))
+    alpha: Annotated[float, Field(gt=0.0, le=10.0, allow_inf_nan=False)] = Field(
+        description=(
+            "Zipf exponent (dimensionless, 0 < alpha <= 10): larger is more skewed towards "
+            "the hottest rows."))
 
 
 class CurveAccess(StrictModel):
     """Cumulative access curve: points (fraction of hottest rows, fraction of accesses)."""
 
-    kind: Literal["curve"]
-    points: Annotated[list[tuple[Fraction, Fraction]], Field(min_length=1, max_length=1000)]
+    kind: Literal["curve"] = Field(description="An explicit cumulative access curve.")
+    points: Annotated[list[tuple[Fraction, Fraction]],
+                      Field(min_length=1, max_length=1000)] = Field(
+        description=(
+            "Points (fraction of the hottest rows, fraction of all lookups they receive), "
+            "both in [0, 1]; row fractions strictly increase, lookup fractions never "
+            "decrease; (0, 0) and (1, 1) are implied and points are joined linearly."))
 
     @field_validator("points")
     @classmethod
@@ -59,26 +72,60 @@ AccessFrequency = Annotated[UniformAccess | ZipfAccess | CurveAccess, Field(disc
 
 
 class TableConstraints(StrictModel):
-    sharding_types: Annotated[list[ShardingType], Field(min_length=1)] | None = None
-    memory_tiers: Annotated[list[Tier], Field(min_length=1)] | None = None
+    sharding_types: Annotated[list[ShardingType], Field(min_length=1)] | None = Field(
+        None, description=(
+            "Sharding types the planner may use for this table (default: all)."))
+    memory_tiers: Annotated[list[Tier], Field(min_length=1)] | None = Field(
+        None, description=(
+            "Memory tiers the table's pieces may live in: hbm, hbm_cache (an HBM cache in "
+            "front of host DDR), ddr, ssd (on SSD behind a DDR cache); default: all."))
     pinned_ranks: Annotated[list[Annotated[int, Field(strict=True, ge=0)]],
-                            Field(min_length=1)] | None = None
-    min_column_shard_width: Annotated[int, Field(strict=True, ge=1, le=MAX_DIM)] | None = None
+                            Field(min_length=1)] | None = Field(
+        None, description=(
+            "Global GPU ranks (0-based) the table's pieces may be placed on (default: any)."))
+    min_column_shard_width: Annotated[int, Field(strict=True, ge=1, le=MAX_DIM)] | None = Field(
+        None, description=(
+            "Narrowest column chunk allowed when the table is split by columns, in columns "
+            "(elements of an embedding vector); default 32."))
 
 
 class TableSpec(StrictModel):
-    name: Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[^\s]+$")]
-    num_embeddings: Annotated[int, Field(strict=True, ge=1, le=MAX_ROWS)]
-    embedding_dim: Annotated[int, Field(strict=True, ge=1, le=MAX_DIM)]
-    pooling_factor: Annotated[float, Field(gt=0.0, le=1e6, allow_inf_nan=False)]
-    access_frequency: AccessFrequency = UniformAccess()
-    data_type: DataType = DataType.FP32
-    optimizer: Optimizer = Optimizer.ROWWISE_ADAGRAD
-    constraints: TableConstraints | None = None
+    name: Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[^\s]+$")] = Field(
+        description=(
+            "Unique table name, without whitespace."))
+    num_embeddings: Annotated[int, Field(strict=True, ge=1, le=MAX_ROWS)] = Field(
+        description=(
+            "Rows of the table (a count)."))
+    embedding_dim: Annotated[int, Field(strict=True, ge=1, le=MAX_DIM)] = Field(
+        description=(
+            "Columns of the table: elements per embedding vector (a count)."))
+    pooling_factor: Annotated[float, Field(gt=0.0, le=1e6, allow_inf_nan=False)] = Field(
+        description=(
+            "Mean number of ids looked up in this table per sample (ids per sample, > 0; 1 "
+            "for a single-hot feature)."))
+    access_frequency: AccessFrequency = Field(
+        UniformAccess(), description=(
+            "How lookups spread over the table's rows (uniform, zipf or an explicit curve); "
+            "sets the hit rate of the cached tiers."))
+    data_type: DataType = Field(
+        DataType.FP32, description=(
+            "Storage type of the weights: fp32 (4 bytes per element), fp16 or bf16 (2), int8 "
+            "(1, plus 8 bytes of scale and bias per row)."))
+    optimizer: Optimizer = Field(
+        Optimizer.ROWWISE_ADAGRAD, description=(
+            "The table's optimizer, which sets its state per row: sgd (none), rowwise_adagrad"
+            " (one fp32 per row), adagrad (one fp32 per element), adam (two fp32 per "
+            "element)."))
+    constraints: TableConstraints | None = Field(
+        None, description=(
+            "Optional limits on how the table may be sharded and where its pieces may go."))
     # Eviction policy of the table's cache if a plan caches it (hbm_cache, ssd): lfu or lru,
     # as FBGEMM's cache_algorithm (TorchRec's CacheParams.algorithm). Absent: lfu. Left out
     # of the JSON when absent, so requests and plans written before it keep their hashes.
-    cache_policy: CachePolicy | None = None
+    cache_policy: CachePolicy | None = Field(
+        None, description=(
+            "Eviction policy of the table's cache when a plan caches it (hbm_cache and ssd "
+            "tiers): lfu or lru; absent means lfu."))
 
     @model_serializer(mode="wrap")
     def _drop_absent_policy(self, handler: SerializerFunctionWrapHandler) -> Any:
