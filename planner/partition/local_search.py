@@ -8,7 +8,9 @@ Moves: a table-wise or column-wise piece from the slowest GPU to the GPU where i
 lowest. Swaps: such a piece for a cheaper one elsewhere. Re-shards: take a table with a piece
 on the slowest GPU out entirely and put it back with whichever of its candidates (another
 sharding, split or tier, or the same one on other GPUs or another host) leaves the touched
-GPUs lowest.
+GPUs lowest. Pulls (several hosts): when the slowest GPU waits on the owner side of the
+all-to-alls (its host holds too small a share of the pieces' outputs), a piece from another
+host onto a GPU of the slowest GPU's host, which shrinks that host's owner side on every GPU.
 """
 
 import logging
@@ -27,6 +29,9 @@ log = logging.getLogger("planner.local_search")
 
 # Tables tried for a re-shard per step, the most expensive on the slowest GPU first.
 _RESHARD_TABLES = 6
+# Pulls tried per step: the pieces on other hosts that fill most of the slowest GPU's owner
+# deficit, each onto the least loaded GPUs of its host that fit.
+_PULL_PIECES, _PULL_TARGETS = 16, 4
 _REL_EPS = 1e-9
 
 
@@ -35,6 +40,7 @@ class SearchStats:
     moves: int = 0
     swaps: int = 0
     reshards: int = 0
+    pulls: int = 0
     steps: int = 0
     exhausted: bool = False  # stopped by the step budget, not at a local optimum
 
@@ -79,17 +85,19 @@ class LocalSearch:
             limit = ms - _REL_EPS * max(ms, 1e-30)
             if not (self._verified(self._move, s, load, limit)
                     or self._verified(self._swap, s, load, limit)
-                    or self._reshard(s, load, limit)):
+                    or self._reshard(s, load, limit)
+                    or self._verified(self._pull, s, load, limit)):
                 break
             self.stats.steps += 1
         else:
             self.stats.exhausted = True
         st = self.stats
-        log.info("local search: %d moves, %d swaps, %d re-shards%s", st.moves, st.swaps,
-                 st.reshards, " (step budget spent)" if st.exhausted else "")
+        log.info("local search: %d moves, %d swaps, %d re-shards, %d pulls%s", st.moves,
+                 st.swaps, st.reshards, st.pulls, " (step budget spent)" if st.exhausted else "")
         status = "stopped at step limit" if st.exhausted else "local optimum"
         notes = [*self.assignment.notes,
-                 f"local search: {st.moves} moves, {st.swaps} swaps, {st.reshards} re-shards"]
+                 f"local search: {st.moves} moves, {st.swaps} swaps, {st.reshards} re-shards"
+                 + (f", {st.pulls} pulls" if st.pulls else "")]
         return Assignment(choices=self.choices, solver="greedy+local_search", status=status,
                           notes=notes)
 
@@ -109,8 +117,10 @@ class LocalSearch:
             self._relocate(i, src)
         if step == self._move:
             self.stats.moves -= 1
-        else:
+        elif step == self._swap:
             self.stats.swaps -= 1
+        else:
+            self.stats.pulls -= 1
         return False
 
     def _fits(self, idx: np.ndarray | int, dst: np.ndarray, remove_rank: np.ndarray | None = None,
@@ -204,6 +214,49 @@ class LocalSearch:
         self._relocate(b, ra)
         self.stats.swaps += 1
         return [(a, ra), (b, rb_)]
+
+    def _pull(self, s: int, limit: float) -> list[tuple[int, int]]:
+        """The piece from another host that, moved onto a GPU of s's host, leaves the GPUs it
+        changes lowest; tried exactly (owner side included) on the pieces whose inter-host
+        bytes best fill s's owner deficit."""
+        st, pc = self.state, self.pieces
+        deficit = st.deficit()[s]
+        if not st.owner_side or (deficit <= 0).all():
+            return []
+        h = int(st.host_of[s])
+        away = np.flatnonzero(st.host_of[pc.rank] != h)
+        if len(away) == 0:
+            return []
+        fill = np.minimum(pc.inter[away], np.maximum(deficit, 0.0)[None, :]).sum(axis=1)
+        order = away[np.lexsort((away, -fill))][:_PULL_PIECES]
+        host_ranks = np.flatnonzero(st.host_of == h)
+        before = st.load()
+        best: tuple[float, int, int] | None = None
+        for i in order:
+            if fill[np.searchsorted(away, i)] <= 0:
+                break
+            ok = self._fits(int(i), host_ranks)
+            mask = self.masks[pc.table[i]]
+            if mask is not None:
+                ok &= mask[host_ranks]
+            dsts = host_ranks[ok]
+            dsts = dsts[np.argsort(before[dsts], kind="stable")][:_PULL_TARGETS]
+            src = int(pc.rank[i])
+            for g in dsts:
+                self._relocate(int(i), int(g))
+                new = st.load()
+                self._relocate(int(i), src)
+                changed = new != before
+                worst = float(new[changed].max()) if changed.any() else float(before.max())
+                if new[s] < limit and worst < limit and (best is None or worst < best[0]):
+                    best = (worst, int(i), int(g))
+        if best is None:
+            return []
+        _, i, g = best
+        src = int(pc.rank[i])
+        self._relocate(i, g)
+        self.stats.pulls += 1
+        return [(i, src)]
 
     def _relocate(self, i: int, dst: int) -> None:
         pc = self.pieces
