@@ -59,6 +59,7 @@ from cost_models import (
     Tier,
     piece_memory,
 )
+from cost_models.memory import POLICY_STATE_BYTES_PER_ROW
 from cost_models.sizes import optimizer_state_row_bytes, weight_row_bytes
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -444,11 +445,13 @@ def gen_big_table(rng: random.Random, solver: str, max_tables: int) -> Instance:
             if slots * (w_row + meta) > hbm // 2:
                 tier = "ddr" if "ddr" in slow else "ssd" if "ssd" in slow else tier
         choice.append(tier)
+        # A cache's policy state: one int64 per row in host DDR (cost_models.memory).
+        policy = rows * POLICY_STATE_BYTES_PER_ROW if tier in ("hbm_cache", "ssd") else 0
         if tier in ("ddr", "hbm_cache"):
-            ddr_need += full
+            ddr_need += full + policy
         else:
             ssd_need += full
-            ddr_need += max(1, int(SSD_CACHE_RATIO * rows)) * (full // rows + meta)
+            ddr_need += max(1, int(SSD_CACHE_RATIO * rows)) * (full // rows + meta) + policy
     # One host holds every big table in the witness; caps leave some room.
     ddr = int(ddr_need * rng.choice([1.0, 1.05, 2.0])) + 4 * MiB
     ssd = int(ssd_need * rng.choice([1.0, 1.5])) + (4 * MiB if ssd_need else 0)

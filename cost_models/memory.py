@@ -6,15 +6,25 @@ hbm_cache: an HBM cache of `cache_ratio` of the rows (weights and slot metadata)
 ddr: weights and state in host DDR, read over PCIe.
 ssd: weights and state on the host SSD behind a DDR cache of `cache_ratio` of the rows.
 Data-parallel replicas live in HBM on every GPU.
+A cache's eviction policy keeps one int64 per row of the piece in host DDR (LFU's access
+count, LRU's last-use stamp; planner/executor/store.py).
+
+Besides what a piece holds, a training step needs buffers (StepBuffers): counted per piece and
+per sample owner from the executor's own tensors (planner/executor/rank.py, kernels.py), as a
+bound on the step's peak over its phases (see StepBuffers).
 """
 
+import itertools
 import math
 from dataclasses import dataclass
 
 from cost_models.geometry import ModelGeom, TableGeom, cache_rows
 from cost_models.hardware import HardwareProfile
 from cost_models.sizes import comm_row_bytes, optimizer_state_row_bytes, weight_row_bytes
-from cost_models.types import Tier
+from cost_models.types import CommPrecision, Optimizer, Tier
+
+# A cached piece's eviction-policy state: one int64 per row, in host memory.
+POLICY_STATE_BYTES_PER_ROW = 8
 
 
 @dataclass(frozen=True)
@@ -41,26 +51,49 @@ def piece_memory(
     s_row = optimizer_state_row_bytes(table.optimizer, piece_cols)
     full = piece_rows * (w_row + s_row)
     meta = hw.constants.cache_metadata_bytes_per_row
+    policy = piece_rows * POLICY_STATE_BYTES_PER_ROW
     if tier is Tier.HBM:
         return MemoryFootprint(hbm=full)
     if tier is Tier.HBM_CACHE:
         slots = cache_rows(cache_ratio, piece_rows)
-        return MemoryFootprint(hbm=slots * (w_row + meta), ddr=full)
+        return MemoryFootprint(hbm=slots * (w_row + meta), ddr=full + policy)
     if tier is Tier.DDR:
         return MemoryFootprint(ddr=full)
     slots = cache_rows(cache_ratio, piece_rows)
-    return MemoryFootprint(ddr=slots * (w_row + s_row + meta), ssd=full)
+    return MemoryFootprint(ddr=slots * (w_row + s_row + meta) + policy, ssd=full)
 
 
-# Ids and bag offsets live on the device as int64, as FBGEMM's table-batched embedding takes
-# them (and the executor stores them), whatever width they cross the wire at.
+# Ids, bag lengths and bag offsets live on the device as int64, as FBGEMM's table-batched
+# embedding takes them (and the executor keeps them), whatever width they cross the wire at.
 DEVICE_INDEX_BYTES = 8
-# Pooled vectors and their gradients are fp32 on the device (the dense part's input).
+# Pooled vectors, their gradients and the optimizer's arithmetic are fp32 on the device.
 POOLED_BYTES = 4
-# The backward's transient rows per touched row: the row's gradient and up to two optimizer
-# temporaries (Adam's moments' updates), fp32, for the rows a step touches.
-WORKSPACE_ROWS_PER_TOUCHED_ROW = 3
-# A row-split piece's id count is random; its buffer is sized for the hottest rows it could
+# The backward's row gradients (kernels.row_grads_bags), arrays alive at its peak, measured by
+# the allocator over its ids n, unique rows u and bags B (torch.unique's inverse and its own
+# sort, the bags' sample of each id, the stable sort's order, the samples in that order):
+GRAD_ARRAYS_PER_ID = 5
+# unique rows, their counts, starts, and the prefix sum making the starts:
+GRAD_ARRAYS_PER_ROW = 4
+# bag lengths (diff), the appended end, the bags' arange:
+GRAD_ARRAYS_PER_BAG = 3
+# The optimizer step (kernels.apply_optimizer) on u rows of c fp32 columns: [u, c] arrays
+# alive at its peak beside its inputs, the new weights and state included (SGD: lr*g and the
+# result; row-wise Adagrad: the quotient and the result, plus two [u, 1]; Adagrad: new state,
+# lr*g, sqrt+eps, the quotient; Adam: m, v, the bias-corrected pair, sqrt+eps, quotient and
+# result, then [m, v] concatenated).
+OPTIMIZER_TEMP_ARRAYS = {Optimizer.SGD: 2, Optimizer.ROWWISE_ADAGRAD: 2, Optimizer.ADAGRAD: 4,
+                         Optimizer.ADAM: 7}
+OPTIMIZER_TEMP_ROW_SCALARS = {Optimizer.ROWWISE_ADAGRAD: 2}
+# A cache's re-admission after the step (planner/executor/store.py, CachedStore.end_step): int64
+# arrays alive at its peak, per entry of its held rows (at most `slots`) and the step's n ids
+# (their concatenation, and torch.unique's sort, order and inverse of it)...
+CACHE_ADMISSION_PER_ID = 4
+# ...and per candidate, the held rows and the u distinct ids (the candidates, their scores
+# and keys, torch.isin's concatenation and sort, the stable descending sort's values and
+# order). Measured on the store alone (LFU and LRU, 200-5000 slots, 512-20,000 ids): at most
+# 4 per id entry plus 6.2 per candidate.
+CACHE_ADMISSION_PER_CANDIDATE = 7
+# A row-split piece's id count is random; its buffers are sized for the hottest rows it could
 # hold plus this many standard deviations, so a measured peak stays under the model's.
 ID_COUNT_SIGMAS = 6.0
 
@@ -68,35 +101,91 @@ ID_COUNT_SIGMAS = 6.0
 @dataclass(frozen=True)
 class StepBuffers:
     """Bytes a step needs in HBM besides weights, optimizer state and caches, by term:
-    - ids: ids and bag offsets (int64 on the device);
-    - pooled: pooled vectors (or row-split partial sums), fp32;
-    - grads: their gradients, fp32;
-    - wire: output all-to-all staging at the communication precision (forward, backward);
+    - ids: ids, bag lengths and bag offsets (int64 on the device), held all step;
+    - pooled: pooled vectors (or row-split partial sums), fp32, held all step;
+    - grads: their gradients, fp32, from the loss (owner) or the backward all-to-all
+      (pieces) to the step's end;
     - dense: the dense part's stand-in for the pooled vectors' consumer (the executor's
-      targets; a real model holds at least its input activations), fp32;
-    - dense_grad: a data-parallel replica's dense gradient and its all-reduce staging;
-    - workspace: the backward's per-row gradients and optimizer temporaries, for every row
-      the step touches (at most its ids, at most its rows).
-    Counted as if all were alive at once: a bound on the step's peak, not an estimate of it."""
+      previous step's outputs, which the caller holds while the next step runs), fp32;
+    - dense_grad: a data-parallel replica's dense gradient, from the all-reduce on;
+    - blocks_, send_, recv_, decoded_, kept_ fwd and bwd: the output all-to-all's staging
+      (_staging): a sender's encoded blocks, the bytes it sends (held twice inside the
+      collective: the concatenation per destination and the send buffer), the bytes a
+      receiver gets, its decoded (or realigned) copies, and what it keeps after the
+      exchange; pieces send forward and receive backward, sample owners the other way round;
+    - workspace: the backward's transient arrays for one piece (its row gradients, then its
+      optimizer step; a replica's ring all-reduce), alive only while that piece updates.
+    `step_peak` takes a GPU's peak over the step's phases from these. Each piece's `total`
+    adds its largest transient (an exchange's staging, or its workspace) to what it holds,
+    so a GPU's sum of `total`s (the planner's figure) bounds that peak."""
 
     ids: int = 0
     pooled: int = 0
     grads: int = 0
-    wire: int = 0
     dense: int = 0
     dense_grad: int = 0
+    blocks_fwd: int = 0
+    send_fwd: int = 0
+    recv_fwd: int = 0
+    decoded_fwd: int = 0
+    kept_fwd: int = 0
+    blocks_bwd: int = 0
+    send_bwd: int = 0
+    recv_bwd: int = 0
+    decoded_bwd: int = 0
+    kept_bwd: int = 0
     workspace: int = 0
 
     @property
+    def held(self) -> int:
+        """Bytes alive from their phase to the step's end."""
+        return self.ids + self.pooled + self.grads + self.dense + self.dense_grad
+
+    def exchange(self, fwd: bool) -> int:
+        """Staging at its largest in one direction's all-to-all: inside the collective (the
+        blocks, the send side twice, the receive buffer), or while decoding after it."""
+        blocks, send, recv, decoded = (
+            (self.blocks_fwd, self.send_fwd, self.recv_fwd, self.decoded_fwd) if fwd else
+            (self.blocks_bwd, self.send_bwd, self.recv_bwd, self.decoded_bwd))
+        return blocks + recv + max(2 * send, decoded)
+
+    @property
+    def transient(self) -> int:
+        return max(self.exchange(True), self.kept_fwd, self.exchange(False), self.kept_bwd,
+                   self.workspace)
+
+    @property
     def total(self) -> int:
-        return (self.ids + self.pooled + self.grads + self.wire + self.dense + self.dense_grad
-                + self.workspace)
+        return self.held + self.transient
 
     def __add__(self, other: "StepBuffers") -> "StepBuffers":
-        return StepBuffers(self.ids + other.ids, self.pooled + other.pooled,
-                           self.grads + other.grads, self.wire + other.wire,
-                           self.dense + other.dense, self.dense_grad + other.dense_grad,
-                           self.workspace + other.workspace)
+        # Term by term; a sum's `transient` is not the sum of transients (see step_peak).
+        return StepBuffers(*(getattr(self, f) + getattr(other, f) for f in _FIELDS))
+
+
+_FIELDS = ("ids", "pooled", "grads", "dense", "dense_grad", "blocks_fwd", "send_fwd",
+           "recv_fwd", "decoded_fwd", "kept_fwd", "blocks_bwd", "send_bwd", "recv_bwd",
+           "decoded_bwd", "kept_bwd", "workspace")
+
+
+def _staging(rows: int, cols: int, precision: CommPrecision, block: int, send: bool,
+             fwd: bool) -> StepBuffers:
+    """One side of an all-to-all of `rows` vectors of `cols` columns (those that cross the
+    wire) in blocks of `block` vectors. A sender encodes each block (at fp32, a view of the
+    vectors; below, a new buffer), concatenates its blocks per destination, then into the
+    send buffer. A receiver gets the buffer, then decodes each block: below fp32 an fp32
+    copy, at fp32 a view (of a realigned copy where a block's bytes are not a multiple of 8:
+    a dtype view needs an aligned start), and keeps what it decoded."""
+    row = comm_row_bytes(precision, cols)
+    wire = rows * row
+    quantized = precision is not CommPrecision.FP32
+    d = "fwd" if fwd else "bwd"
+    if send:
+        return StepBuffers(**{f"blocks_{d}": wire if quantized else 0, f"send_{d}": wire})
+    realign = wire if (block * row) % 8 else 0
+    decoded = realign + (rows * cols * POOLED_BYTES if quantized else 0)
+    kept = rows * cols * POOLED_BYTES if quantized else (realign or wire)
+    return StepBuffers(**{f"recv_{d}": wire, f"decoded_{d}": decoded, f"kept_{d}": kept})
 
 
 def _id_bound(table: TableGeom, batch: int, ranks: int, piece_rows: int) -> int:
@@ -111,39 +200,142 @@ def _id_bound(table: TableGeom, batch: int, ranks: int, piece_rows: int) -> int:
     return min(total, math.ceil(mean + ID_COUNT_SIGMAS * math.sqrt(max(mean, 1.0))) + 1)
 
 
+# Log-spaced row buckets over which distinct_rows_bound spreads a table's access curve.
+_DISTINCT_BUCKETS = 64
+
+
+def distinct_rows_bound(table: TableGeom, n_ids: int) -> int:
+    """Distinct rows among `n_ids` ids drawn from the table's access curve, at most (with
+    high probability): E[distinct] = sum over rows of 1 - (1 - p_row)^n, computed over
+    log-spaced buckets of rows by popularity with each bucket's mean p (1 - (1 - p)^n is
+    concave in p, so the mean over-counts), plus ID_COUNT_SIGMAS standard deviations (a sum
+    of negatively correlated indicators: variance at most its mean)."""
+    rows = table.rows
+    if n_ids <= 0 or rows <= 0:
+        return 0
+    edges = sorted({0, rows, *(min(rows, round(rows ** (i / _DISTINCT_BUCKETS)))
+                               for i in range(_DISTINCT_BUCKETS + 1))})
+    expected = 0.0
+    prev_share = 0.0
+    for k0, k1 in itertools.pairwise(edges):
+        share = table.access.hit_rate(k1, rows)
+        p = min(max(share - prev_share, 0.0) / (k1 - k0), 1.0)
+        prev_share = share
+        # (k1 - k0) rows, each missed by all n ids with probability (1 - p)^n
+        expected += (k1 - k0) * (1.0 if p >= 1.0 else -math.expm1(n_ids * math.log1p(-p)))
+    bound = math.ceil(expected + ID_COUNT_SIGMAS * math.sqrt(max(expected, 1.0)))
+    return min(rows, n_ids, bound)
+
+
+def backward_workspace(optimizer: Optimizer, n_ids: int, bags: int, rows: int,
+                       updated_rows: int, cols: int, touched: int | None = None) -> int:
+    """A piece's backward transient: the row gradients of `n_ids` ids in `bags` bags over a
+    piece of `rows` rows, then the optimizer step over `updated_rows` rows: whichever is
+    larger. The gradient [u, cols] of the u touched rows (at most min(rows, ids), or
+    `touched`) lives through both."""
+    u = min(rows, n_ids, n_ids if touched is None else touched)
+    g = u * cols * POOLED_BYTES
+    grad = (GRAD_ARRAYS_PER_ID * n_ids + GRAD_ARRAYS_PER_ROW * u
+            + GRAD_ARRAYS_PER_BAG * bags) * DEVICE_INDEX_BYTES + g
+    state = optimizer_state_row_bytes(optimizer, cols)
+    v = updated_rows
+    update = (v * DEVICE_INDEX_BYTES  # the rows updated
+              + (g if v == u else v * cols * POOLED_BYTES + g)  # their gradient (dense: new)
+              + v * (cols * POOLED_BYTES + state)  # their weights (widened) and state
+              + (OPTIMIZER_TEMP_ARRAYS[optimizer] * cols
+                 + OPTIMIZER_TEMP_ROW_SCALARS.get(optimizer, 0)) * v * POOLED_BYTES)
+    return max(grad, update)
+
+
 def piece_buffers(table: TableGeom, data_parallel: bool, piece_rows: int, piece_cols: int,
-                  world: int, model: ModelGeom) -> StepBuffers:
+                  world: int, model: ModelGeom, host_samples: int = 0,
+                  cache_slots: int = 0) -> StepBuffers:
     """A piece's own step buffers. A sharded piece serves all b*W samples: the ids it
-    receives, its pooled vectors and their gradients, and its side of the output all-to-all.
-    A data-parallel replica's ids and vectors are its own samples', counted with the sample
-    owner's (owner_buffers); the replica adds its dense gradient and all-reduce staging."""
+    receives with their lengths and offsets, its pooled vectors and their gradients, its
+    side of the output all-to-all, and its backward. A data-parallel replica's ids and
+    vectors are its own samples', counted with the sample owner's (owner_buffers); the
+    replica adds its dense gradient, the ring's staging, and its backward, which updates
+    every row. `host_samples`: a table-row-wise or grid piece's hosts x b samples, whose
+    gradients it gathers from its host's peers (a second gradient array beside the B
+    samples'). `cache_slots`: a cached piece's slots, whose re-admission after the step is
+    one more backward transient."""
     b = model.batch_per_gpu
-    row = piece_cols * POOLED_BYTES * WORKSPACE_ROWS_PER_TOUCHED_ROW
     if data_parallel:
-        touched = min(piece_rows, round(b * table.pooling))
-        return StepBuffers(dense_grad=piece_rows * piece_cols * POOLED_BYTES
-                           + piece_rows * comm_row_bytes(model.bwd_precision, piece_cols),
-                           workspace=touched * row)
+        n_local = round(b * table.pooling)
+        # The ring sends and receives one chunk of rows per hop.
+        chunk = -(-piece_rows // world)
+        hop = (_staging(chunk, piece_cols, model.bwd_precision, chunk, True, False)
+               + _staging(chunk, piece_cols, model.bwd_precision, chunk, False, False))
+        ring = hop.exchange(False)
+        return StepBuffers(
+            dense_grad=piece_rows * piece_cols * POOLED_BYTES,
+            workspace=max(ring, backward_workspace(
+                table.optimizer, n_local, b, piece_rows, piece_rows, piece_cols,
+                distinct_rows_bound(table, n_local))))
     samples = b * world
     pooled = samples * piece_cols * POOLED_BYTES
-    wire = samples * (comm_row_bytes(model.fwd_precision, piece_cols)
-                      + comm_row_bytes(model.bwd_precision, piece_cols))
+    # Its own rank's b vectors do not cross the wire (host-reduced pieces: (g - 1) x hosts
+    # x b in the host stage plus (hosts - 1) x b across hosts, the same W - 1 blocks).
+    staging = (_staging(samples - b, piece_cols, model.fwd_precision, b, True, True)
+               + _staging(samples - b, piece_cols, model.bwd_precision, b, False, False))
     n_ids = _id_bound(table, b, world, piece_rows)
-    ids = (n_ids + samples) * DEVICE_INDEX_BYTES
-    return StepBuffers(ids=ids, pooled=pooled, grads=pooled, wire=wire,
-                       workspace=min(piece_rows, n_ids) * row)
+    ids = (n_ids + 2 * samples) * DEVICE_INDEX_BYTES
+    # The piece's distinct rows are at most the whole table's under all the step's ids.
+    u = min(piece_rows, n_ids, distinct_rows_bound(table, world * round(b * table.pooling)))
+    return staging + StepBuffers(
+        ids=ids, pooled=pooled, grads=pooled + host_samples * piece_cols * POOLED_BYTES,
+        workspace=max(backward_workspace(table.optimizer, n_ids, samples, piece_rows, u,
+                                         piece_cols, u),
+                      (CACHE_ADMISSION_PER_ID * (cache_slots + n_ids)
+                       + CACHE_ADMISSION_PER_CANDIDATE * (cache_slots + u)) * DEVICE_INDEX_BYTES
+                      if cache_slots else 0))
 
 
-def owner_buffers(tables: list[TableGeom], model: ModelGeom) -> StepBuffers:
-    """Every GPU's buffers as the owner of its b samples, the same on every GPU and for any
-    placement: per table the ids and offsets it sends (or looks up, data-parallel), the
-    pooled vectors it receives (wire and fp32), their gradients (fp32 and wire) and the
-    dense part's stand-in."""
+def owner_buffers(tables: list[TableGeom], model: ModelGeom,
+                  data_parallel: list[bool] | None = None,
+                  remote_cols: list[int] | None = None) -> StepBuffers:
+    """Every GPU's buffers as the owner of its b samples, per table: its pooled vectors (as
+    received, fp32), their gradients and the dense part's stand-in, held; its ids, lengths
+    and offsets, held by a data-parallel table (looked up here all step); its side of the
+    output all-to-all, staging: b vectors of `remote_cols` columns (per table: the columns of
+    its pieces on other GPUs, one block per piece; None: the table's dim once). A sharded
+    table's ids leave in the input all-to-all, before any pooled vector exists: a phase below
+    the others. `data_parallel` None: every table's ids held, which no placement exceeds."""
     b = model.batch_per_gpu
-    ids = pooled = wire = 0
-    for t in tables:
-        ids += (round(b * t.pooling) + b) * DEVICE_INDEX_BYTES
+    ids = pooled = 0
+    staging = StepBuffers()
+    for i, t in enumerate(tables):
         pooled += b * t.dim * POOLED_BYTES
-        wire += b * (comm_row_bytes(model.fwd_precision, t.dim)
-                     + comm_row_bytes(model.bwd_precision, t.dim))
-    return StepBuffers(ids=ids, pooled=pooled, grads=pooled, wire=wire, dense=pooled)
+        if data_parallel is None or data_parallel[i]:
+            ids += (round(b * t.pooling) + 2 * b) * DEVICE_INDEX_BYTES
+            if data_parallel is not None:
+                continue
+        cols = t.dim if remote_cols is None else remote_cols[i]
+        if cols:
+            staging = (staging + _staging(b, cols, model.fwd_precision, b, False, True)
+                       + _staging(b, cols, model.bwd_precision, b, True, False))
+    return staging + StepBuffers(ids=ids, pooled=pooled, grads=pooled, dense=pooled)
+
+
+def host_reduce_index_bytes(hosts: int, gpus_per_host: int, batch: int) -> int:
+    """Held by every GPU of a plan with table-row-wise or grid tables: for each local index,
+    the samples of that index's ranks host by host (int64), which the host stage reduces."""
+    return gpus_per_host * hosts * batch * DEVICE_INDEX_BYTES
+
+
+def step_peak(pieces: list[StepBuffers], owner: StepBuffers) -> int:
+    """A GPU's step buffers at the step's peak over its phases (StepBuffers): what is held,
+    plus in each phase its own staging, the largest of
+    - the forward all-to-all (before any gradient): every piece's send side and the owner's
+      receive side, then what the owner keeps;
+    - the backward all-to-all (the owner's gradients made, the pieces' not yet): the owner's
+      send side and every piece's receive side, then what the pieces keep (their gradients
+      are made from it);
+    - the backward: one piece's workspace at a time.
+    At most the planner's sum of `total`s."""
+    s = sum(pieces, owner)
+    early = s.held - s.grads - s.dense_grad  # before the loss
+    before_bwd = s.held - sum(p.grads for p in pieces) - s.dense_grad
+    return max(early + s.exchange(True), early + s.kept_fwd,
+               before_bwd + s.exchange(False), s.held - s.dense_grad + s.kept_bwd,
+               s.held + max((p.workspace for p in pieces), default=0))

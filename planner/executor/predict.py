@@ -4,7 +4,14 @@ configuration that runs (the scaled plan)."""
 
 from dataclasses import dataclass, field
 
-from cost_models import Tier, hit_rate, piece_memory, piece_traffic
+from cost_models import ShardingType, Tier, cache_rows, hit_rate, piece_memory, piece_traffic
+from cost_models.memory import (
+    StepBuffers,
+    host_reduce_index_bytes,
+    owner_buffers,
+    piece_buffers,
+    step_peak,
+)
 from planner.plan_model import Plan
 from planner.problem import build_problem
 
@@ -33,6 +40,10 @@ class RankPrediction:
     bytes: dict[str, float] = field(default_factory=dict)  # per collective, per step
     memory: dict[str, int] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
+    # The step buffers at the step's peak over its phases (cost_models.memory.step_peak),
+    # and their terms summed over the rank's pieces and its owner side.
+    step_peak: int = 0
+    buffer_terms: dict[str, int] = field(default_factory=dict)
 
 
 def predict(plan: Plan) -> tuple[list[RankPrediction], list[PiecePrediction]]:
@@ -42,6 +53,7 @@ def predict(plan: Plan) -> tuple[list[RankPrediction], list[PiecePrediction]]:
     ranks = [RankPrediction(r, dict.fromkeys(COLLECTIVES, 0.0), {"hbm": 0, "ddr": 0, "ssd": 0})
              for r in range(hw.world_size)]
     pieces = []
+    bufs: list[list[StepBuffers]] = [[] for _ in ranks]
     for ti, tp in enumerate(plan.tables):
         geom = by_name[tp.name].geom
         ratio = tp.cache_ratio if tp.cache_ratio is not None else 1.0
@@ -61,12 +73,36 @@ def predict(plan: Plan) -> tuple[list[RankPrediction], list[PiecePrediction]]:
             rp.memory["hbm"] += m.hbm
             rp.memory["ddr"] += m.ddr
             rp.memory["ssd"] += m.ssd
+            host_reduced = tp.sharding_type in (ShardingType.TABLE_ROW_WISE, ShardingType.GRID)
+            bufs[p.rank].append(piece_buffers(
+                geom, tp.sharding_type is ShardingType.DATA_PARALLEL, p.row_count,
+                p.col_count, hw.world_size, model,
+                hw.hosts * model.batch_per_gpu if host_reduced else 0,
+                cache_rows(ratio, p.row_count) if tp.tier in (Tier.HBM_CACHE, Tier.SSD)
+                else 0))
             cached = tp.tier in (Tier.HBM_CACHE, Tier.SSD)
             pieces.append(PiecePrediction(
                 key=f"{ti}.{j}", table=tp.name, kind=tp.sharding_type.value, tier=tp.tier.value,
                 rank=p.rank, ids_bytes=ids, lengths_bytes=tr.lengths,
                 ids_total=tr.lookups, out_fwd_bytes=fwd, out_bwd_bytes=bwd,
                 hit_rate=hit_rate(geom, tp.tier, ratio, p.row_count) if cached else None))
+    geoms = [by_name[tp.name].geom for tp in plan.tables]
+    dp = [tp.sharding_type is ShardingType.DATA_PARALLEL for tp in plan.tables]
+    host_index = host_reduce_index_bytes(hw.hosts, hw.gpus_per_host, model.batch_per_gpu) if any(
+        tp.sharding_type in (ShardingType.TABLE_ROW_WISE, ShardingType.GRID)
+        for tp in plan.tables) else 0
+    for rp, bs in zip(ranks, bufs, strict=True):
+        # The owner exchanges one block per piece on another GPU (row-split: one per range).
+        remote = [sum(p.col_count for p in tp.pieces if p.rank != rp.rank)
+                  for tp in plan.tables]
+        owner = owner_buffers(geoms, model, dp, remote) + StepBuffers(ids=host_index)
+        rp.step_peak = step_peak(bs, owner)
+        terms = sum(bs, owner)
+        rp.buffer_terms = {k: getattr(terms, k) for k in (
+            "ids", "pooled", "grads", "dense", "dense_grad")}
+        rp.buffer_terms["exchange_fwd"] = terms.exchange(True)
+        rp.buffer_terms["exchange_bwd"] = terms.exchange(False)
+        rp.buffer_terms["workspace_largest_piece"] = max((b.workspace for b in bs), default=0)
     for g in plan.gpus:
         c = g.cost
         ranks[g.rank].seconds = {

@@ -106,10 +106,11 @@ class RankExecutor:
         self.chunk_of: dict[str, Chunk] = {p.key: ch for t in lay.tables for ch in t.chunks
                                            for p in ch.pieces}
         g, b = lay.gpus_per_host, self.b
-        # Samples of the ranks of local index k, host by host: what a host stage reduces.
+        # Samples of the ranks of local index k, host by host: what a host stage reduces
+        # (cost_models.memory.host_reduce_index_bytes); none without host-reduced tables.
         self.local_samples = [
             torch.cat([torch.arange(o * b, (o + 1) * b) for o in range(k, lay.world, g)])
-            .to(device) for k in range(g)]
+            .to(device) for k in range(g)] if any(t.host_reduced for t in lay.tables) else []
         self.stats: dict[str, PieceStats] = defaultdict(PieceStats)
         self.seconds: dict[str, float] = defaultdict(float)
         self.timer = Timer(device, self.seconds)
@@ -151,7 +152,8 @@ class RankExecutor:
             for p in self.pieces:
                 lengths, ids = routed[p.key]
                 offsets = kernels.bag_offsets(lengths)
-                local = ids - p.row0
+                # In place: the received ids are not read again (no second [ids] buffer).
+                local = ids.sub_(p.row0) if p.row0 else ids
                 pooled[p.key] = self.stores[p.key].pool(local, offsets)
                 lookups[p.key] = (local, offsets)
             for ti, rep in self.replicas.items():
