@@ -17,6 +17,11 @@ def register(app: typer.Typer) -> None:
             help="quota: queued + running jobs at once")] = None,
         max_time_limit_s: Annotated[float | None, typer.Option(
             help="cap on options.time_limit_s for this key")] = None,
+        max_solver_seconds: Annotated[float | None, typer.Option(
+            help="quota: solver wall time over the window (429 with Retry-After beyond)")
+        ] = None,
+        solver_seconds_window_s: Annotated[float | None, typer.Option(
+            help="the window of --max-solver-seconds (default 3600)")] = None,
     ) -> None:
         """Make an API key: prints the key (give it to the client; it is not stored) and the
         entry to add to PLANNER_API_KEYS_FILE's "keys" (only its SHA-256). The server picks
@@ -31,6 +36,10 @@ def register(app: typer.Typer) -> None:
             entry["max_unfinished_jobs"] = max_unfinished_jobs
         if max_time_limit_s is not None:
             entry["max_time_limit_s"] = max_time_limit_s
+        if max_solver_seconds is not None:
+            entry["max_solver_seconds"] = max_solver_seconds
+        if solver_seconds_window_s is not None:
+            entry["solver_seconds_window_s"] = solver_seconds_window_s
         typer.echo(f"key:   {key}")
         typer.echo(f"entry: {json.dumps(entry)}")
 

@@ -38,7 +38,7 @@ from api.problems import (
     no_plan_found,
 )
 from api.settings import ServiceSettings
-from api.store import UNFINISHED, JobRow, QueueFull, Store
+from api.store import UNFINISHED, JobRow, QueueFull, SolverQuota, Store
 
 log = logging.getLogger("planner.service")
 
@@ -137,8 +137,8 @@ class JobRunner:
         self._tasks = [asyncio.create_task(self._dispatch()),
                        asyncio.create_task(self._keep_leases()),
                        asyncio.create_task(self._watch())]
-        if self.settings.retention_days > 0 or self.settings.max_plans > 0:
-            self._tasks.append(asyncio.create_task(self._cleanup()))
+        # Retention, and dropping solver usage older than any quota window.
+        self._tasks.append(asyncio.create_task(self._cleanup()))
 
     async def stop(self) -> None:
         """Give the jobs held here back to the queue: another replica, or the next start,
@@ -176,13 +176,15 @@ class JobRunner:
     # The queue
     async def submit(self, job_id: str, request_json: str, tables: int, time_limit_s: float,
                      client: str | None = None, client_max_unfinished: int | None = None,
+                     client_solver_quota: SolverQuota | None = None,
                      ) -> tuple[JobRow, bool]:
         """The job for this request: the stored one, or a new one queued (created=True).
-        Busy when the queue is full; store.OverQuota when the client's quota is."""
+        Busy when the queue is full; store.OverQuota when one of the client's quotas is."""
         try:
             row, created = await asyncio.to_thread(
                 self.store.submit, job_id, request_json, tables, time_limit_s,
-                self.settings.max_queued_jobs, client, client_max_unfinished)
+                self.settings.max_queued_jobs, client, client_max_unfinished,
+                client_solver_quota)
         except QueueFull:
             raise Busy from None
         if created:
@@ -267,13 +269,13 @@ class JobRunner:
                             job_id)
 
     async def _cleanup(self) -> None:
-        """Retention, on every replica (the deletes are idempotent)."""
+        """Retention and old solver usage, on every replica (the deletes are idempotent)."""
         s = self.settings
         while True:
             try:
                 deleted = await asyncio.to_thread(
                     self.store.cleanup, s.retention_days * 86400 if s.retention_days else None,
-                    s.max_plans or None)
+                    s.max_plans or None, usage_older_than_s=s.solver_usage_keep_s)
                 if deleted:
                     log.info("retention: %d finished job(s) deleted", deleted)
             except Exception:
@@ -363,7 +365,25 @@ class JobRunner:
         finally:
             self._tool_slots.release()
 
+    async def _record_usage(self, row: JobRow, seconds: float) -> None:
+        """Charge a solve attempt's wall time to the key that asked for the job (its solver
+        seconds quota); never fails the job."""
+        if row.client is None:
+            return
+        try:
+            await asyncio.shield(asyncio.to_thread(
+                self.store.record_usage, row.client, row.id, row.fence, seconds))
+        except (Exception, asyncio.CancelledError):
+            log.exception("job %s: recording %.2f solver seconds failed", row.id, seconds)
+
     async def _run(self, row: JobRow) -> None:
+        started = time.monotonic()
+        try:
+            await self._run_job(row)
+        finally:
+            await self._record_usage(row, time.monotonic() - started)
+
+    async def _run_job(self, row: JobRow) -> None:
         job_id, fence = row.id, row.fence
         fields: dict[str, Any]
         try:

@@ -57,6 +57,18 @@ MIGRATIONS: tuple[Migration, ...] = (
         "ALTER TABLE jobs ADD COLUMN client TEXT",
         "CREATE INDEX IF NOT EXISTS jobs_status_created ON jobs(status, created_at)",
     )),
+    # Solver seconds per API key (its quota over a sliding window): one row per solve attempt
+    # (a job and its fencing token), written when the solve stops, whatever its outcome.
+    Migration(3, "solver seconds used per key", (
+        """CREATE TABLE IF NOT EXISTS solver_usage (
+            job_id TEXT NOT NULL,
+            fence BIGINT NOT NULL,
+            client TEXT NOT NULL,
+            seconds DOUBLE PRECISION NOT NULL,
+            at DOUBLE PRECISION NOT NULL,
+            PRIMARY KEY (job_id, fence))""",
+        "CREATE INDEX IF NOT EXISTS solver_usage_client_at ON solver_usage(client, at)",
+    )),
 )
 
 LATEST = MIGRATIONS[-1].version

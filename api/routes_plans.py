@@ -2,6 +2,7 @@
 get a plan, get a job."""
 
 import asyncio
+import math
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Header, Path, Query, Request, Response
@@ -21,7 +22,7 @@ from api.problems import (
     responses,
 )
 from api.schemas import Job, timestamp
-from api.security import key_of
+from api.security import ApiKey, key_of
 from api.settings import ServiceSettings
 from api.store import UNFINISHED, JobRow, OverQuota
 from planner.plan_model import Plan
@@ -64,6 +65,19 @@ async def _answer(runner: JobRunner, row: JobRow, created: bool) -> Response:
     assert row.error is not None
     return problem_response(Problem.model_validate_json(row.error),
                             headers={"X-Job-Id": row.id})
+
+
+def over_quota(exc: OverQuota, key: ApiKey | None) -> ProblemError:
+    if exc.kind == "solver_seconds" and key is not None:
+        detail = (f"the key {exc.client!r} used {exc.used_s:.1f} solver seconds over the last "
+                  f"{key.solver_seconds_window_s:g} s, its quota of "
+                  f"{key.max_solver_seconds:g}; retry after the Retry-After seconds")
+    else:
+        detail = (f"the key {exc.client!r} has {exc.unfinished} unfinished job(s), its quota; "
+                  "retry when one finishes (or cancel one)")
+    retry = max(1, math.ceil(exc.retry_after_s))
+    return ProblemError(Problem(type=QUOTA, title="Quota exceeded", status=429, detail=detail),
+                        headers={"Retry-After": str(retry)})
 
 
 def not_found(detail: str, job_id: str | None = None) -> ProblemError:
@@ -109,15 +123,12 @@ async def create_plan(
         row, created = await runner.submit(
             prepared.job_id, prepared.request_json, prepared.tables, prepared.time_limit_s,
             client=key.name if key else None,
-            client_max_unfinished=key.max_unfinished_jobs if key else None)
+            client_max_unfinished=key.max_unfinished_jobs if key else None,
+            client_solver_quota=key.solver_quota() if key else None)
     except Busy:
         raise busy() from None
     except OverQuota as exc:
-        raise ProblemError(Problem(
-            type=QUOTA, title="Quota exceeded", status=429,
-            detail=f"the key {exc.client!r} has {exc.unfinished} unfinished job(s), its "
-                   "quota; retry when one finishes (or cancel one)"),
-            headers={"Retry-After": "5"}) from None
+        raise over_quota(exc, key) from None
     asked_async = mode == "async" or "respond-async" in (prefer or "").lower()
     if row.status in UNFINISHED and not asked_async and prepared.tables <= settings.sync_max_tables:
         row = await runner.wait(row.id, settings.sync_wait_s) or row

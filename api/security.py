@@ -5,7 +5,12 @@ PLANNER_API_KEYS_FILE names a JSON file of named keys, stored only as SHA-256 di
 are random 256-bit tokens, so a fast hash is enough), each with optional quotas:
 
     {"keys": [{"name": "team-a", "sha256": "<hex>", "max_unfinished_jobs": 8,
-               "max_time_limit_s": 120}]}
+               "max_time_limit_s": 120, "max_solver_seconds": 3600,
+               "solver_seconds_window_s": 3600}]}
+
+max_solver_seconds: the wall time its solves may take over any solver_seconds_window_s
+(default an hour), counted in the store across replicas; over it, POST /v1/plans is 429
+with Retry-After (when enough of the use leaves the window).
 
 Two entries with one name are two valid keys for it: add the new key, move clients, delete
 the old entry (rotation). The file is re-read when it changes (checked at most once a
@@ -31,6 +36,7 @@ from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBea
 
 from api.problems import UNAUTHORIZED, Problem, ProblemError
 from api.settings import ServiceSettings
+from api.store import SolverQuota
 
 log = logging.getLogger("planner.service")
 
@@ -38,6 +44,8 @@ api_key_header = APIKeyHeader(name="X-API-Key", auto_error=False,
                               description="an API key of this server, when it has keys")
 bearer = HTTPBearer(auto_error=False, description="an API key of this server, when it has keys")
 _RELOAD_EVERY_S = 1.0
+_KEY_FIELDS = {"name", "sha256", "max_unfinished_jobs", "max_time_limit_s", "max_solver_seconds",
+               "solver_seconds_window_s"}
 
 
 @dataclass(frozen=True)
@@ -46,6 +54,13 @@ class ApiKey:
     sha256: str
     max_unfinished_jobs: int | None = None  # queued + running jobs it asked for
     max_time_limit_s: float | None = None  # its cap on options.time_limit_s
+    max_solver_seconds: float | None = None  # solver wall time over the window
+    solver_seconds_window_s: float = 3600.0
+
+    def solver_quota(self) -> SolverQuota | None:
+        if self.max_solver_seconds is None:
+            return None
+        return SolverQuota(max_s=self.max_solver_seconds, window_s=self.solver_seconds_window_s)
 
 
 def digest(key: str) -> str:
@@ -60,14 +75,22 @@ def parse_keys(text: str) -> list[ApiKey]:
     data = json.loads(text)
     keys = []
     for entry in data["keys"]:
-        if set(entry) - {"name", "sha256", "max_unfinished_jobs", "max_time_limit_s"}:
+        if set(entry) - _KEY_FIELDS:
             raise ValueError(f"unknown fields in key entry {entry.get('name')!r}")
+        for field in _KEY_FIELDS - {"name", "sha256"}:
+            value = entry.get(field)
+            if value is not None and (isinstance(value, bool) or not isinstance(
+                    value, int | float) or not value > 0):
+                raise ValueError(f"key {entry.get('name')!r}: {field} must be a number > 0")
         sha = str(entry["sha256"]).lower()
         if len(sha) != 64 or any(c not in "0123456789abcdef" for c in sha):
             raise ValueError(f"key {entry.get('name')!r}: sha256 is not 64 hex digits")
         keys.append(ApiKey(name=str(entry["name"]), sha256=sha,
                            max_unfinished_jobs=entry.get("max_unfinished_jobs"),
-                           max_time_limit_s=entry.get("max_time_limit_s")))
+                           max_time_limit_s=entry.get("max_time_limit_s"),
+                           max_solver_seconds=entry.get("max_solver_seconds"),
+                           solver_seconds_window_s=float(
+                               entry.get("solver_seconds_window_s") or 3600.0)))
     return keys
 
 

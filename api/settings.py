@@ -62,6 +62,8 @@ class ServiceSettings:
     retention_days: float = 0.0
     max_plans: int = 0
     cleanup_every_s: float = 300.0
+    # Solver usage (the keys' solver-seconds quotas) is kept this long: past every window.
+    solver_usage_keep_s: float = 7 * 86400.0
     # A JSON line per claim, solve, fenced write and release (for audits and the tests).
     audit_log: Path | None = None
 

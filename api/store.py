@@ -33,12 +33,27 @@ RETRYABLE = ("failed", "cancelled")
 
 
 class OverQuota(Exception):
-    """The client (API key) has as many unfinished jobs as its quota allows."""
+    """The client (API key) is at a quota: as many unfinished jobs as it may have
+    (kind "jobs"), or its solver seconds over the window used up (kind "solver_seconds");
+    `retry_after_s`: when a retry may be admitted (an estimate for "jobs")."""
 
-    def __init__(self, client: str, unfinished: int) -> None:
-        super().__init__(f"{client}: {unfinished} jobs unfinished")
+    def __init__(self, client: str, unfinished: int, kind: str = "jobs",
+                 used_s: float = 0.0, retry_after_s: float = 5.0) -> None:
+        super().__init__(f"{client}: {unfinished} jobs unfinished, {used_s:.1f} solver s used")
         self.client = client
         self.unfinished = unfinished
+        self.kind = kind
+        self.used_s = used_s
+        self.retry_after_s = retry_after_s
+
+
+@dataclass(frozen=True)
+class SolverQuota:
+    """A client's solver seconds: at most `max_s` over any `window_s` (finished solve
+    attempts recorded in solver_usage, plus the time its running jobs have run so far)."""
+
+    max_s: float
+    window_s: float = 3600.0
 
 
 class QueueFull(Exception):
@@ -170,14 +185,50 @@ class Store:
                                   "GROUP BY status", UNFINISHED))
         return QueueCounts(queued=int(got.get("queued", 0)), running=int(got.get("running", 0)))
 
+    def solver_seconds(self, client: str, window_s: float) -> tuple[float, float]:
+        """(seconds `client`'s solves used over the last window_s, seconds until enough of
+        that leaves the window for the total to drop by the excess) -- see _solver_quota."""
+        with self._read() as q:
+            return self._solver_use(q, client, window_s, None)
+
+    def _solver_use(self, q: Query, client: str, window_s: float,
+                    max_s: float | None) -> tuple[float, float]:
+        now = float(q(self._sql("SELECT {now}")).fetchone()[0])
+        rows = [(float(a), float(s)) for a, s in q(
+            "SELECT at, seconds FROM solver_usage WHERE client=? AND at > ? ORDER BY at",
+            (client, now - window_s)).fetchall()]
+        (running,) = q("SELECT COALESCE(SUM(? - updated_at), 0) FROM jobs WHERE client=? "
+                       "AND status='running'", (now, client)).fetchone()
+        used = sum(s for _, s in rows) + max(float(running or 0.0), 0.0)
+        retry = 0.0
+        if max_s is not None and used >= max_s:
+            # The oldest recorded solves leave the window first; running time stays.
+            retry, left = window_s, used
+            for at, seconds in rows:
+                left -= seconds
+                if left < max_s:
+                    retry = at + window_s - now
+                    break
+        return used, retry
+
+    def record_usage(self, client: str, job_id: str, fence: int, seconds: float) -> None:
+        """One solve attempt's wall time, charged to `client` (idempotent per attempt)."""
+        with self._tx() as q:
+            q(self._sql("INSERT INTO solver_usage(job_id, fence, client, seconds, at) "
+                        "VALUES (?, ?, ?, ?, {now}) ON CONFLICT (job_id, fence) DO NOTHING"),
+              (job_id, fence, client, max(seconds, 0.0)))
+
     def submit(self, job_id: str, request: str, tables: int, time_limit_s: float,
                max_queued: int, client: str | None = None,
-               client_max_unfinished: int | None = None) -> tuple[JobRow, bool]:
+               client_max_unfinished: int | None = None,
+               client_solver_quota: SolverQuota | None = None) -> tuple[JobRow, bool]:
         """The job for this request: the stored one (created False), or queued now (True).
         A failed or cancelled job is queued again. The queue limit is counted in the same
         transaction as the insert, under the admission lock: it holds across replicas.
         QueueFull when `max_queued` jobs are already waiting; OverQuota when `client` already
-        has `client_max_unfinished` jobs queued or running."""
+        has `client_max_unfinished` jobs queued or running, or has used its solver seconds
+        (`client_solver_quota`: recorded solves in the window plus its running jobs so far;
+        a request already solved or running is answered whatever the quota)."""
         with self._tx() as q:
             self._lock_admission(q)
             got = q(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE id=?", (job_id,)).fetchone()
@@ -192,6 +243,12 @@ class Store:
                             (client, *UNFINISHED)).fetchone()
                 if int(mine) >= client_max_unfinished:
                     raise OverQuota(client, int(mine))
+            if client is not None and client_solver_quota is not None:
+                quota = client_solver_quota
+                used, retry = self._solver_use(q, client, quota.window_s, quota.max_s)
+                if used >= quota.max_s:
+                    raise OverQuota(client, 0, kind="solver_seconds", used_s=used,
+                                    retry_after_s=retry)
             if existing is None:
                 q(self._sql("INSERT INTO jobs(id, status, request, tables, time_limit_s, "
                             "created_at, updated_at, attempts, client) "
@@ -290,11 +347,12 @@ class Store:
         return (_row(got) if got else None), cur.rowcount == 1
 
     def cleanup(self, older_than_s: float | None, max_plans: int | None,
-                grace_s: float = 60.0) -> int:
+                grace_s: float = 60.0, usage_older_than_s: float | None = None) -> int:
         """Retention: delete finished jobs (and their plans) last updated more than
         older_than_s ago, then the oldest plans (and their jobs) beyond the newest
         max_plans, sparing plans younger than grace_s (a POST may be about to answer with
-        one). Queued and running jobs are never touched (they have no plan yet). Returns
+        one). Queued and running jobs are never touched (they have no plan yet). Solver usage
+        older than usage_older_than_s (past every key's quota window) goes too. Returns
         the number of jobs deleted."""
         deleted = 0
         with self._tx() as q:
@@ -312,6 +370,9 @@ class Store:
                 cur = q("DELETE FROM jobs WHERE status='succeeded' AND id NOT IN "
                         "(SELECT id FROM plans)")
                 deleted += max(cur.rowcount, 0)
+            if usage_older_than_s is not None:
+                q(self._sql("DELETE FROM solver_usage WHERE at < {now} - ?"),
+                  (usage_older_than_s,))
         return deleted
 
     # Plans
@@ -384,4 +445,4 @@ def open_store(settings: "ServiceSettings", migrate: bool = True) -> Store:
 
 
 __all__ = ["LATEST", "RETRYABLE", "UNFINISHED", "JobRow", "OverQuota", "QueueCounts", "QueueFull",
-           "SqliteStore", "Store", "open_store"]
+           "SolverQuota", "SqliteStore", "Store", "open_store"]

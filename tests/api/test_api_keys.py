@@ -24,13 +24,15 @@ def _write(path: Path, entries: list[dict[str, object]]) -> None:
 
 @pytest.mark.timeout(120)
 def test_named_keys_rotation_reload_and_quotas(tmp_path: Path) -> None:
-    old_a, new_a, b = new_key(), new_key(), new_key()
+    old_a, new_a, b, c_key = new_key(), new_key(), new_key(), new_key()
     keys = tmp_path / "keys.json"
     entries: list[dict[str, object]] = [
         {"name": "team-a", "sha256": digest(old_a)},
         {"name": "team-a", "sha256": digest(new_a)},
         {"name": "team-b", "sha256": digest(b), "max_unfinished_jobs": 1,
-         "max_time_limit_s": 5}]
+         "max_time_limit_s": 5},
+        {"name": "team-c", "sha256": digest(c_key), "max_solver_seconds": 1.0,
+         "solver_seconds_window_s": 6}]
     _write(keys, entries)
     assert old_a not in keys.read_text()  # only digests at rest
     server = start_server(tmp_path, tmp_path / "keys.sqlite3", api_keys_file=keys,
@@ -73,5 +75,24 @@ def test_named_keys_rotation_reload_and_quotas(tmp_path: Path) -> None:
             again = c.post("/v1/plans", params={"mode": "async"}, json=small_request(seed=32))
             assert again.status_code == 202, again.text
             assert wait_job(c, again.json()["id"], 60)["status"] == "succeeded"
+
+        # team-c may use 1 solver second per 6 s: a solve cancelled after ~1.5 s uses it up.
+        with httpx.Client(base_url=server.url, headers={"X-API-Key": c_key}, timeout=30) as c:
+            long = c.post("/v1/plans", params={"mode": "async"}, json=LONG_REQUEST).json()
+            assert wait_job(c, long["id"], 30, until=("running",))["status"] == "running"
+            time.sleep(1.5)
+            assert c.delete(f"/v1/jobs/{long['id']}").json()["status"] == "cancelled"
+            refused = c.post("/v1/plans", json=small_request(seed=41))
+            assert refused.status_code == 429, refused.text
+            assert "solver seconds" in refused.json()["detail"]
+            retry = int(refused.headers["Retry-After"])
+            assert 1 <= retry <= 6
+            # Another key is not charged for team-c's use.
+            other = httpx.post(server.url + "/v1/plans", json=small_request(seed=41),
+                               headers={"X-API-Key": new_a}, timeout=30)
+            assert other.status_code in (200, 201), other.text
+            time.sleep(retry + 0.2)
+            later = c.post("/v1/plans", json=small_request(seed=42))
+            assert later.status_code in (200, 201), later.text
     finally:
         server.kill(signal.SIGTERM)

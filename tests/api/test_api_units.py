@@ -206,3 +206,36 @@ def test_retention(store: Store) -> None:
     assert store.get_job("done4") is None and store.get_plan("done4") is None
     assert store.get_job(running.id).status == "running"  # type: ignore[union-attr]
     assert store.get_job("waiting").status == "queued"  # type: ignore[union-attr]
+
+
+@pytest.mark.timeout(60)
+def test_solver_seconds_quota(store: Store) -> None:
+    """A key's solver seconds over a sliding window: recorded attempts plus its running jobs'
+    time so far; over the quota, OverQuota with when enough use leaves the window."""
+    from api.store import OverQuota, SolverQuota
+
+    quota = SolverQuota(max_s=2.0, window_s=1.5)
+    store.submit("k1", "{}", 1, 1.0, 99, client="team", client_solver_quota=quota)
+    (job,), _ = store.claim("r", 30, 1, 2, _err)
+    store.record_usage("team", job.id, job.fence, 1.5)
+    store.record_usage("team", job.id, job.fence, 9.0)  # the same attempt: counted once
+    store.finish(job.id, "r", job.fence, "succeeded", plan="{}", plan_hash="h")
+    store.record_usage("other", "x", 1, 50.0)  # another key's use is not this key's
+    used, _ = store.solver_seconds("team", 1.5)
+    assert used == pytest.approx(1.5)
+    store.submit("k2", "{}", 1, 1.0, 99, client="team", client_solver_quota=quota)
+    (job2,), _ = store.claim("r", 30, 1, 2, _err)
+    time.sleep(0.6)  # running for 0.6 s: 1.5 + 0.6 >= 2
+    with pytest.raises(OverQuota) as refused:
+        store.submit("k3", "{}", 1, 1.0, 99, client="team", client_solver_quota=quota)
+    assert refused.value.kind == "solver_seconds" and refused.value.used_s >= 2.0
+    assert 0.0 < refused.value.retry_after_s <= 1.5
+    # A request already known is answered whatever the quota.
+    assert store.submit("k2", "{}", 1, 1.0, 99, client="team",
+                        client_solver_quota=quota)[1] is False
+    store.finish(job2.id, "r", job2.fence, "succeeded", plan="{}", plan_hash="h")
+    store.record_usage("team", job2.id, job2.fence, 0.6)
+    time.sleep(refused.value.retry_after_s + 0.05)  # the 1.5 s attempt left the window
+    assert store.submit("k3", "{}", 1, 1.0, 99, client="team", client_solver_quota=quota)[1]
+    store.cleanup(None, None, usage_older_than_s=0.0)
+    assert store.solver_seconds("team", 1.5)[0] == pytest.approx(0.0, abs=0.01)
