@@ -10,6 +10,7 @@ functions are the single definition of the model's byte counts; `cost.py` only d
 
 from dataclasses import dataclass
 
+from cost_models.cache_policy import policy_hit_rate
 from cost_models.geometry import ModelGeom, TableGeom, cache_rows
 from cost_models.hardware import HardwareProfile
 from cost_models.sizes import comm_row_bytes, optimizer_state_row_bytes, weight_row_bytes
@@ -51,7 +52,8 @@ def hit_rate(table: TableGeom, tier: Tier, cache_ratio: float, piece_rows: int) 
 
     The piece's cache holds `cache_rows(cache_ratio, piece_rows)` rows (what memory.py
     reserves); with ids spread evenly over row ranges, that is the same share of the table's
-    hottest rows, so the table's curve is read at cached * rows / piece_rows rows.
+    hottest rows, so the table's curve is read at cached * rows / piece_rows rows, under the
+    table's cache policy (cache_policy.py: LFU's steady state, or LRU by Che's approximation).
     """
     if tier is Tier.HBM:
         return 1.0
@@ -59,7 +61,7 @@ def hit_rate(table: TableGeom, tier: Tier, cache_ratio: float, piece_rows: int) 
         return 0.0
     cached = cache_rows(cache_ratio, piece_rows)
     equivalent = cached * table.rows // piece_rows
-    return table.access.hit_rate(equivalent, table.rows)
+    return policy_hit_rate(table.access, table.cache_policy, equivalent, table.rows)
 
 
 def piece_traffic(

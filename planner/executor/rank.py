@@ -96,7 +96,7 @@ class RankExecutor:
             t = lay.tables[p.table]
             w, s = self._initial(t, p.row0, p.rows, p.col0, p.cols)
             self.stores[p.key] = make_store(w, s, t.tier, t.cache_ratio, device,
-                                            opts.cache_policy, work_dir / f"r{rank}_{p.key}")
+                                            t.cache_policy, work_dir / f"r{rank}_{p.key}")
         self.replicas: dict[int, DenseStore] = {}
         for t in lay.tables:
             if t.data_parallel:
