@@ -16,8 +16,9 @@ from rich.table import Table
 from planner.check import check_plan
 from planner.cli_common import fail, hardware_input, load_json, read_input
 from planner.errors import PlannerError
-from planner.plan_model import EvaluateInput, Plan, PlanLayout
-from planner.planning import evaluate, plan
+from planner.evaluation import evaluate_input
+from planner.plan_model import EvaluateInput, Plan
+from planner.planning import plan
 from planner.presets import DEFAULT_PRESET, fixture_names, preset_dict, preset_names
 from planner.progress import solver_progress
 from planner.spec import HardwareSpec, ModelSpec, PlanRequest
@@ -34,22 +35,27 @@ class Format(StrEnum):
     json = "json"
 
 
-def _emit(plan_obj: Plan, fmt: Format, output: Path | None, seconds: float | None) -> None:
+def _emit(plan_obj: Plan, fmt: Format, output: Path | None, seconds: float | None,
+          detail: bool = False) -> None:
+    """Print or write the plan. With -o the plan goes to the file and the terminal gets one
+    line (the full view too with --detail); with --format json and -o, stdout stays empty."""
+    from planner.report import render, summary_line
+
     text = plan_obj.model_dump_json(indent=1) + "\n"
     if output is not None:
         output.write_text(text)
     if fmt is Format.json:
-        # With -o the plan is in the file: stdout stays free for the caller (issue 18).
         if output is None:
             sys.stdout.write(text)
         else:
             err.print(f"written to {output}")
+        return
+    if output is None or detail:
+        render(plan_obj, out, seconds, detail=detail)
     else:
-        from planner.report import render
-
-        render(plan_obj, out, seconds)
-        if output is not None:
-            out.print(f"written to {output}")
+        out.print(summary_line(plan_obj), highlight=False)
+    if output is not None:
+        out.print(f"written to {output}")
 
 
 @app.command("plan")
@@ -70,6 +76,8 @@ def plan_cmd(
     seed: Annotated[int, typer.Option(help="CP-SAT and re-pack random seed")] = 0,
     quiet: Annotated[bool, typer.Option("-q", "--quiet", help="no live progress")] = False,
     verbose: Annotated[bool, typer.Option("-v", "--verbose", help="log decisions")] = False,
+    detail: Annotated[bool, typer.Option(
+        "--detail", help="list each GPU's tables (with -o: print the full view too)")] = False,
 ) -> None:
     """Plan MODEL on a hardware preset or spec and print the plan."""
     if verbose:
@@ -85,7 +93,7 @@ def plan_cmd(
         seconds = time.perf_counter() - start
     except PlannerError as exc:
         fail(exc, exc.exit_code)
-    _emit(result, fmt, output, seconds)
+    _emit(result, fmt, output, seconds, detail)
 
 
 @app.command("check")
@@ -124,16 +132,16 @@ def evaluate_cmd(
     plan_file: Annotated[str, typer.Argument(help="plan or layout JSON, or '-'")],
     fmt: Annotated[Format, typer.Option("--format")] = Format.table,
     output: Annotated[Path | None, typer.Option("-o", "--output")] = None,
+    detail: Annotated[bool, typer.Option("--detail", help="list each GPU's tables")] = False,
 ) -> None:
     """Score any plan (ours, hand-made or foreign) under the cost model."""
     try:
         given = parse_json_model(EvaluateInput, read_input(plan_file, "plan"), "plan")
-        layout = PlanLayout(schema_version=given.schema_version, request=given.request,
-                            tables=given.tables)
-        result = evaluate(layout)
+        result = evaluate_input(given)
     except PlannerError as exc:
         fail(exc, exc.exit_code)
-    _emit(result, fmt, output, None)
+    err.print(result.note, highlight=False)
+    _emit(result.plan, fmt, output, None, detail)
 
 
 class SchemaKind(StrEnum):
