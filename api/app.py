@@ -10,6 +10,7 @@ from typing import Any
 from fastapi import Depends, FastAPI
 
 from api.body import BodyBudget
+from api.docs import docs_router
 from api.jobs import JobRunner
 from api.metrics import Metrics, MetricsMiddleware
 from api.openapi import build_openapi
@@ -47,8 +48,10 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
             await runner.stop()
             await asyncio.to_thread(store.close)
 
+    # /docs and /openapi.json are api/docs.py's: local assets, behind the key when set.
     app = FastAPI(title="DLRM sharding planner", version="1", description=DESCRIPTION,
-                  lifespan=lifespan, separate_input_output_schemas=False)
+                  lifespan=lifespan, separate_input_output_schemas=False, openapi_url=None,
+                  docs_url=None, redoc_url=None)
     app.state.settings = settings
     app.state.metrics = metrics
     app.state.body_budget = BodyBudget(settings.max_body_bytes_in_flight)
@@ -60,6 +63,7 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
     app.include_router(tools_router, **guarded)
     app.include_router(metrics_router, **guarded)
     app.include_router(health_router)
+    app.include_router(docs_router(app))
     install_handlers(app)
     app.add_middleware(MetricsMiddleware, metrics=metrics)
 
