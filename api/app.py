@@ -47,6 +47,7 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
         finally:
             await runner.stop()
             await asyncio.to_thread(store.close)
+            metrics.close()
 
     # /docs and /openapi.json are api/docs.py's: local assets, behind the key when set.
     app = FastAPI(title="DLRM sharding planner", version="1", description=DESCRIPTION,

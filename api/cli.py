@@ -98,6 +98,15 @@ def register(app: typer.Typer) -> None:
             os.environ["PLANNER_DB_PATH"] = str(db)
         if solvers is not None:
             os.environ["PLANNER_MAX_CONCURRENT_SOLVES"] = str(solvers)
+        # Several workers: Prometheus multiprocess mode (api/metrics.py), in a directory of
+        # this server's own unless PROMETHEUS_MULTIPROC_DIR names one (then wipe it between
+        # runs yourself).
+        made_dir = None
+        if workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+            import tempfile
+
+            made_dir = tempfile.mkdtemp(prefix="planner-metrics-")
+            os.environ["PROMETHEUS_MULTIPROC_DIR"] = made_dir
         # Connections are file descriptors: room for the connection cap.
         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
         settings = ServiceSettings.from_env()
@@ -105,5 +114,12 @@ def register(app: typer.Typer) -> None:
         if soft != resource.RLIM_INFINITY and soft < wanted:
             new = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
             resource.setrlimit(resource.RLIMIT_NOFILE, (new, hard))
-        uvicorn.run("api.app:create_app", factory=True, host=host, port=port, workers=workers,
-                    log_level=log_level, proxy_headers=False, **uvicorn_options(settings))
+        try:
+            uvicorn.run("api.app:create_app", factory=True, host=host, port=port,
+                        workers=workers, log_level=log_level, proxy_headers=False,
+                        **uvicorn_options(settings))
+        finally:
+            if made_dir is not None:
+                import shutil
+
+                shutil.rmtree(made_dir, ignore_errors=True)

@@ -1,18 +1,27 @@
 """Liveness, readiness and Prometheus metrics."""
 
 import asyncio
+import contextlib
 
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from api.jobs import JobRunner
+from api.metrics import Metrics
 from api.openapi import json_content
 from api.problems import NOT_READY, Problem, problem_response, responses
 from api.schemas import Health, Readiness
+from api.store import QueueCounts
 
 health_router = APIRouter(tags=["health"])
 metrics_router = APIRouter(tags=["health"])
+
+
+def observe_queue(runner: JobRunner, counts: QueueCounts) -> None:
+    runner.metrics.jobs_waiting.set(counts.queued)
+    runner.metrics.jobs_running.set(counts.running)
+    runner.metrics.queue_age.set(counts.oldest_queued_age_s)
 
 
 @health_router.get("/healthz", summary="Liveness: the event loop answers",
@@ -35,7 +44,7 @@ async def readyz(request: Request) -> Response:
     except Exception as exc:
         return problem_response(Problem(type=NOT_READY, title="Not ready", status=503,
                                         detail=f"store: {type(exc).__name__}: {exc}"))
-    runner.metrics.jobs_waiting.set(counts.queued)
+    observe_queue(runner, counts)
     if not runner.ready:
         return problem_response(Problem(type=NOT_READY, title="Not ready", status=503,
                                         detail="the solver pool is not running"))
@@ -60,5 +69,9 @@ async def readyz(request: Request) -> Response:
                                      "content": {"text/plain": {"schema": {"type": "string"}}}},
                                **responses(401)})
 async def metrics(request: Request) -> Response:
-    return Response(generate_latest(request.app.state.metrics.registry),
-                    media_type=CONTENT_TYPE_LATEST)
+    runner: JobRunner = request.app.state.runner
+    with contextlib.suppress(Exception):  # the store down: the rest of the metrics still
+        observe_queue(runner, await asyncio.to_thread(runner.store.counts))
+    metrics: Metrics = request.app.state.metrics
+    text = await asyncio.to_thread(metrics.exposition)
+    return Response(text, media_type=CONTENT_TYPE_LATEST)

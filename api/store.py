@@ -98,6 +98,7 @@ class Query(Protocol):
 class QueueCounts:
     queued: int
     running: int
+    oldest_queued_age_s: float = 0.0  # how long the oldest queued job has waited
 
 
 class Store:
@@ -181,9 +182,12 @@ class Store:
                                    tuple(job_ids)))
 
     def counts(self) -> QueueCounts:
-        got = dict(self._fetchall("SELECT status, COUNT(*) FROM jobs WHERE status IN (?, ?) "
-                                  "GROUP BY status", UNFINISHED))
-        return QueueCounts(queued=int(got.get("queued", 0)), running=int(got.get("running", 0)))
+        rows = self._fetchall("SELECT status, COUNT(*), {now} - MIN(created_at) FROM jobs "
+                              "WHERE status IN (?, ?) GROUP BY status", UNFINISHED)
+        got = {status: (int(n), float(age or 0.0)) for status, n, age in rows}
+        queued, age = got.get("queued", (0, 0.0))
+        return QueueCounts(queued=queued, running=got.get("running", (0, 0.0))[0],
+                           oldest_queued_age_s=max(age, 0.0))
 
     def solver_seconds(self, client: str, window_s: float) -> tuple[float, float]:
         """(seconds `client`'s solves used over the last window_s, seconds until enough of

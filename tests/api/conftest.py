@@ -54,8 +54,9 @@ class LiveServer:
             os.killpg(self.proc.pid, signal.SIGKILL)
 
 
-def start_server(tmp: Path, db: Path, **env: Any) -> LiveServer:
-    """`planner serve` on a free loopback port; returns once /readyz says ready."""
+def start_server(tmp: Path, db: Path, workers: int = 1, **env: Any) -> LiveServer:
+    """`planner serve` on a free loopback port (`workers` uvicorn workers); returns once
+    /readyz says ready."""
     port = free_port()
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("PLANNER_")}
     full_env |= {"PLANNER_DB_PATH": str(db), "PLANNER_MAX_CONCURRENT_SOLVES": "1",
@@ -65,7 +66,7 @@ def start_server(tmp: Path, db: Path, **env: Any) -> LiveServer:
     with log.open("wb") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "planner.cli", "serve", "--host", "127.0.0.1", "--port",
-             str(port), "--log-level", "warning"],
+             str(port), "--log-level", "warning", "--workers", str(workers)],
             cwd=REPO, env=full_env, stdout=out, stderr=subprocess.STDOUT,
             start_new_session=True)
     server = LiveServer(f"http://127.0.0.1:{port}", proc, log)

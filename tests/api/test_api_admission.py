@@ -48,6 +48,10 @@ def test_saturation_cancel_and_solver_freed(tmp_path: Path) -> None:
             assert c.get("/readyz").json()["solvers_busy"] == 1
             queued = c.post("/v1/plans", params={"mode": "async"}, json=small_request(seed=11))
             assert queued.status_code == 202 and queued.json()["status"] == "queued"
+            time.sleep(0.2)
+            age = [line for line in c.get("/metrics").text.splitlines()
+                   if line.startswith("planner_queue_oldest_age_seconds ")]
+            assert age and float(age[0].split()[1]) >= 0.2, age
             # The queue is full: /readyz says so, and a POST is refused with Retry-After.
             saturated = c.get("/readyz")
             assert saturated.status_code == 503 and "saturated" in saturated.json()["detail"]
