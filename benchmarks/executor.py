@@ -16,18 +16,26 @@ the bytes each collective moves at fp32, fp16, bf16 and int8 communication.
    batch 64, at each precision for both directions; measured bytes per step summed over ranks
    per collective, beside the cost model's (cost_models/traffic.py).
 
+5. Memory: per rank, the memory model's peak against the allocator's, for 6 plans of 3
+   fixtures (benchmarks/executor_memory.py). `--memory` runs this part alone and keeps the
+   other sections of the results as they were.
+
 Usage (from the repo root):
-    PYTHONPATH=. python -m benchmarks.executor
+    PYTHONPATH=. python -m benchmarks.executor [--memory]
 """
 
+import json
 import os
 import platform
+import sys
 import time
 from typing import Any
 
 import torch
 
-from benchmarks import write_results
+from benchmarks import RESULTS, write_results
+from benchmarks.executor_memory import markdown as memory_markdown
+from benchmarks.executor_memory import memory_table
 from planner.executor.demo import GPUS_PER_HOST, HOSTS, all_types_plan
 from planner.executor.job import RunOptions
 from planner.executor.predict import COLLECTIVES
@@ -36,6 +44,7 @@ from planner.plan_model import Plan, PlanLayout
 from planner.presets import preset_dict
 
 COMMAND = "PYTHONPATH=. python -m benchmarks.executor"
+MEMORY_COMMAND = "PYTHONPATH=. python -m benchmarks.executor --memory"
 COPY_BYTES = 256 * 2**20
 ROWS, DIM, BATCH, POOLING = 500_000, 64, 4096, 16
 PRECISIONS = ("fp32", "fp16", "bf16", "int8")
@@ -117,6 +126,13 @@ def mutation_suite() -> dict[str, Any]:
 
 
 def main() -> None:
+    if "--memory" in sys.argv[1:]:
+        # The memory table alone, into the results the other sections already hold.
+        payload = json.loads((RESULTS / "executor.json").read_text())
+        payload["memory"] = {"command": MEMORY_COMMAND, **memory_table()}
+        write_results("executor", payload, _markdown(payload))
+        print("\n".join(memory_markdown(payload["memory"])))
+        return
     before = stream_copy_gbps()
     rep = execute(lookup_plan(), RunOptions(steps=3, collective_timeout_s=300),
                   timeout_s=900, reference=False)
@@ -146,6 +162,7 @@ def main() -> None:
                    "ranks": rows, "checks_pass": rep.ok},
         "bytes_per_step": comm,
         "mutation_suite": mutations,
+        "memory": {"command": MEMORY_COMMAND, **memory_table()},
     }
     write_results("executor", payload, _markdown(payload))
     print(_markdown(payload))
@@ -208,6 +225,8 @@ def _markdown(p: dict[str, Any]) -> str:
         verdict = ("pass" if c["checks_pass"] else
                    "memory peak only fails" if not other else "FAIL: " + "; ".join(other))
         lines.append(f"| {prec} | " + " | ".join(cells) + f" | {verdict} |")
+    if "memory" in p:
+        lines += ["", *memory_markdown(p["memory"]), f"Command: `{p['memory']['command']}`."]
     return "\n".join(lines) + "\n"
 
 

@@ -84,15 +84,17 @@ GRAD_ARRAYS_PER_BAG = 3
 OPTIMIZER_TEMP_ARRAYS = {Optimizer.SGD: 2, Optimizer.ROWWISE_ADAGRAD: 2, Optimizer.ADAGRAD: 4,
                          Optimizer.ADAM: 7}
 OPTIMIZER_TEMP_ROW_SCALARS = {Optimizer.ROWWISE_ADAGRAD: 2}
-# A cache's re-admission after the step (planner/executor/store.py, CachedStore.end_step): int64
-# arrays alive at its peak, per entry of its held rows (at most `slots`) and the step's n ids
-# (their concatenation, and torch.unique's sort, order and inverse of it)...
+# A cache's re-admission after the step (planner/executor/store.py, CachedStore.end_step), in
+# int64 arrays alive at its peak: per slot (the held keys and slots, the candidates' share of
+# them, torch.isin's concatenations and sorts of held against candidates and kept, the kept
+# rows' sort, the new key and slot arrays), per id looked up (their concatenation with the
+# held rows and torch.unique's sort of it) and per distinct id (the candidates, their scores,
+# keys and stable descending sort). Fitted as bounds on the store alone, full caches, LFU and
+# LRU, 100-2603 ... 5000 slots, 100-20,000 ids: measured within 82-100% of 16/4/4 where slots
+# dominate.
+CACHE_ADMISSION_PER_SLOT = 16
 CACHE_ADMISSION_PER_ID = 4
-# ...and per candidate, the held rows and the u distinct ids (the candidates, their scores
-# and keys, torch.isin's concatenation and sort, the stable descending sort's values and
-# order). Measured on the store alone (LFU and LRU, 200-5000 slots, 512-20,000 ids): at most
-# 4 per id entry plus 6.2 per candidate.
-CACHE_ADMISSION_PER_CANDIDATE = 7
+CACHE_ADMISSION_PER_DISTINCT = 4
 # A row-split piece's id count is random; its buffers are sized for the hottest rows it could
 # hold plus this many standard deviations, so a measured peak stays under the model's.
 ID_COUNT_SIGMAS = 6.0
@@ -286,8 +288,8 @@ def piece_buffers(table: TableGeom, data_parallel: bool, piece_rows: int, piece_
         ids=ids, pooled=pooled, grads=pooled + host_samples * piece_cols * POOLED_BYTES,
         workspace=max(backward_workspace(table.optimizer, n_ids, samples, piece_rows, u,
                                          piece_cols, u),
-                      (CACHE_ADMISSION_PER_ID * (cache_slots + n_ids)
-                       + CACHE_ADMISSION_PER_CANDIDATE * (cache_slots + u)) * DEVICE_INDEX_BYTES
+                      (CACHE_ADMISSION_PER_SLOT * cache_slots + CACHE_ADMISSION_PER_ID * n_ids
+                       + CACHE_ADMISSION_PER_DISTINCT * u) * DEVICE_INDEX_BYTES
                       if cache_slots else 0))
 
 

@@ -20,7 +20,7 @@ from cost_models.types import CommPrecision
 from planner.executor import quant
 
 # Longest wait for gloo's worker thread to let go of a finished collective's buffers.
-SETTLE_S = 0.05
+SETTLE_S = 2.0
 
 
 class CollectiveError(RuntimeError):

@@ -176,10 +176,7 @@ class RankExecutor:
                 full = self._output_bwd(grads)
             with self._phase("backward"):
                 for p in self.pieces:
-                    local, offsets = lookups[p.key]
-                    uniq, g = kernels.row_grads_bags(local, offsets, full[p.key])
-                    self.stores[p.key].update(uniq, self._updater(
-                        lay.tables[p.table], g, step))
+                    self._update_piece(p, lookups[p.key], full[p.key], step)
             with self._phase("allreduce"):
                 dense = {}
                 for ti in self.replicas:
@@ -189,15 +186,24 @@ class RankExecutor:
                     dense[ti] = torch.zeros((t.rows, t.dim), dtype=torch.float32,
                                             device=self.device)
                     dense[ti][uniq] = g
+                    del uniq, g  # not held into the next phases (one piece's at a time)
                     self.comm.ring_allreduce("allreduce", dense[ti], lay.bwd_precision)
             with self._phase("backward"):
                 for ti, rep in self.replicas.items():
-                    every = torch.arange(lay.tables[ti].rows, device=self.device)
-                    rep.update(every, self._updater(lay.tables[ti], dense[ti], step))
+                    rep.update(torch.arange(lay.tables[ti].rows, device=self.device),
+                               self._updater(lay.tables[ti], dense[ti], step))
         with self._phase("backward"):
             for st in self.stores.values():
                 st.end_step()
         return outs
+
+    def _update_piece(self, p: Piece, lookup: tuple[torch.Tensor, torch.Tensor],
+                      grad: torch.Tensor, step: int) -> None:
+        """One piece's backward: its row gradients, then its optimizer step; its temporaries
+        are freed before the next piece's (the memory model counts one piece's at a time)."""
+        local, offsets = lookup
+        uniq, g = kernels.row_grads_bags(local, offsets, grad)
+        self.stores[p.key].update(uniq, self._updater(self.lay.tables[p.table], g, step))
 
     def _updater(self, t: TableExec, g: torch.Tensor, step: int
                  ) -> Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:

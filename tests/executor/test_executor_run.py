@@ -136,12 +136,13 @@ def test_cli_prepares_a_torchrun_job_and_collects_a_finished_run(fp32_run, tmp_p
     runner = CliRunner()
     got = runner.invoke(app, ["execute", str(plan_file), "--run-dir", str(run_dir),
                               "--collect", "--format", "json"])
-    # Exit 1: the allocator-measured peak exceeds the memory model on every rank (the model
-    # counts no step buffers), and that is the only check that fails.
-    assert got.exit_code == 1, got.output
+    # Exit 0: every check passes on the collected run, the allocator-measured peak within
+    # the memory model's on every rank among them.
+    assert got.exit_code == 0, got.output
     body = json.loads(got.stdout)
     assert body["plan_hash"] == rep.plan_hash
-    assert [c["name"] for c in body["checks"] if not c["ok"]] == [PEAK_CHECK]
+    assert [c["name"] for c in body["checks"] if not c["ok"]] == []
+    assert any(c["name"] == PEAK_CHECK for c in body["checks"])
     job_dir = tmp_path / "job"
     got = runner.invoke(app, ["execute", str(plan_file), "--run-dir", str(job_dir),
                               "--prepare-only", "--scale-rows", "0.5"])
