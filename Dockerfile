@@ -2,7 +2,9 @@
 # Plans and jobs live in /data (mount a volume to keep them), or in PostgreSQL with
 # PLANNER_DATABASE_URL=postgresql://... for replicas (docker-compose.yml: PostgreSQL and two
 # replicas); PLANNER_* variables set limits and keys (README, "The HTTP service"). torch is
-# not installed: the service never runs the executor.
+# not installed: the service never runs the executor. Every package is pinned, with its
+# hash, in requirements.lock (python scripts/lock_service.py writes it from pyproject.toml);
+# the project itself is installed without dependencies, so nothing unpinned comes in.
 FROM python:3.11-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
@@ -11,12 +13,15 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 
 WORKDIR /app
+COPY requirements.lock ./
+RUN pip install --require-hashes --no-deps -r requirements.lock
 COPY pyproject.toml README.md ./
 COPY cost_models ./cost_models
 COPY planner ./planner
 COPY api ./api
 COPY fixtures ./fixtures
-RUN pip install . \
+RUN pip install --no-deps --no-build-isolation . \
+    && pip check \
     && useradd --create-home --uid 10001 planner \
     && mkdir -p /data \
     && chown planner:planner /data
