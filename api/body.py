@@ -166,8 +166,17 @@ def load_json_model(model: type[M], body: bytes, what: str, settings: ServiceSet
             raise _TooManyDigits(text)
         return int(text)
 
+    def parse_float(text: str) -> float | int:
+        # JSON Schema's `integer` is any number with no fraction (62.0, 1e3): so here too,
+        # within the integer digit limit; other numbers stay floats.
+        value = float(text)
+        if value.is_integer() and abs(value) < 10.0**digits:
+            return int(value)
+        return value
+
     try:
-        raw = json.loads(body, parse_int=parse_int, parse_constant=_reject_constant)
+        raw = json.loads(body, parse_int=parse_int, parse_float=parse_float,
+                         parse_constant=_reject_constant)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise BadInputError(what, f"not valid JSON: {exc}") from None
     except _TooManyDigits as exc:

@@ -2,6 +2,7 @@
 (generated from the models, so schema changes flow through), and request examples built
 from the bundled fixtures."""
 
+import copy
 import json
 from functools import cache
 from typing import Any
@@ -14,7 +15,7 @@ from pydantic.json_schema import models_json_schema
 from api.problems import Problem
 from api.schemas import CheckResult, Health, Job, Presets, Readiness
 from planner.plan_model import EvaluateInput, Plan
-from planner.presets import fixture_text
+from planner.presets import _ALIASES, fixture_text, preset_names
 from planner.spec import PlanRequest
 
 COMPONENT_MODELS: tuple[type[BaseModel], ...] = (
@@ -80,6 +81,86 @@ def layout_examples() -> dict[str, Any]:
                                      "value": {"request": p["request"], "tables": p["tables"]}}}
 
 
+# Rules validation enforces across fields, which JSON Schema cannot state: said in words.
+CROSS_FIELD_RULES = {
+    "ModelSpec": "Table names are unique.",
+    "GpuSpec": "hbm_reserved_bytes is smaller than hbm_capacity_bytes.",
+    "HostSpec": "ddr_reserved_bytes is smaller than ddr_capacity_bytes (when DDR is given).",
+    "CurveAccess": "Row fractions strictly increase and lookup fractions never decrease.",
+}
+
+
+def _partial(components: dict[str, Any], name: str) -> str:
+    """A component like `name` with no required field (and its object members the same):
+    the schema of overrides, which are merged deeply into a preset and then validated."""
+    partial = name + "Overrides"
+    if partial not in components:
+        body = copy.deepcopy(components[name])
+        body.pop("required", None)
+        body["title"] = partial
+        body["description"] = f"Any fields of {name}, merged deeply into the preset."
+        components[partial] = body
+
+        def visit(node: Any) -> None:
+            if isinstance(node, dict):
+                target = node.get("$ref", "")
+                if isinstance(target, str) and target.startswith(_REF.format(model="")):
+                    other = target.rsplit("/", 1)[-1]
+                    if components.get(other, {}).get("type") == "object":
+                        node["$ref"] = _partial(components, other)
+                for v in node.values():
+                    visit(v)
+            elif isinstance(node, list):
+                for v in node:
+                    visit(v)
+
+        visit(body.get("properties", {}))
+    return _REF.format(model=partial)
+
+
+def _bound_integers(node: Any, largest: int) -> None:
+    """Integers beyond the server's digit limit are refused (api/body.py): say so."""
+    if isinstance(node, dict):
+        if node.get("type") == "integer":
+            if node.get("maximum", largest + 1) > largest:
+                node["maximum"] = largest
+            if node.get("minimum", -largest - 1) < -largest:
+                node["minimum"] = -largest
+        for v in node.values():
+            _bound_integers(v, largest)
+    elif isinstance(node, list):
+        for v in node:
+            _bound_integers(v, largest)
+
+
+def tighten(components: dict[str, Any], max_int_digits: int = 30) -> None:
+    """Make the component schemas say what validation accepts where pydantic's schema is
+    looser: a preset is one of the bundled names, its overrides are a hardware spec with every
+    field optional (not any object), and the access-curve variants need their
+    `kind` (validation picks the variant by it, so it is never optional), and integers stay
+    within the server's digit limit. Cross-field rules go into the descriptions."""
+    ref = components.get("HardwareRef")
+    if ref is not None:
+        ref["properties"]["preset"]["enum"] = sorted(preset_names() + list(_ALIASES))
+        if "HardwareSpec" in components:
+            overrides = ref["properties"]["overrides"]
+            ref["properties"]["overrides"] = {
+                "$ref": _partial(components, "HardwareSpec"),
+                "description": overrides.get("description", "")}
+    for body in components.values():
+        kind = body.get("properties", {}).get("kind")
+        if isinstance(kind, dict) and "const" in kind:
+            required = body.setdefault("required", [])
+            if "kind" not in required:
+                required.insert(0, "kind")
+            kind.pop("default", None)
+    _bound_integers(components, 10**max_int_digits - 1)
+    for name, rule in CROSS_FIELD_RULES.items():
+        if name in components:
+            text = components[name].get("description", "")
+            components[name]["description"] = (text + " " if text else "") + rule
+
+
 def build_openapi(app: FastAPI) -> dict[str, Any]:
     if app.openapi_schema:
         return app.openapi_schema
@@ -90,6 +171,8 @@ def build_openapi(app: FastAPI) -> dict[str, Any]:
     components = schema.setdefault("components", {}).setdefault("schemas", {})
     for name, body in defs.get("$defs", {}).items():
         components.setdefault(name, body)
+    settings = getattr(app.state, "settings", None)
+    tighten(components, settings.max_int_digits if settings is not None else 30)
     examples = {("/v1/plans", "post"): plan_request_examples,
                 ("/v1/evaluate", "post"): layout_examples, ("/v1/check", "post"): plan_examples}
     for (path, method), make in examples.items():

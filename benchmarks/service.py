@@ -211,6 +211,8 @@ def fuzz_markdown(fuzz: dict[str, Any]) -> str:
         return ""
     verdict = ("0 server errors and 0 responses outside the schema" if fuzz["passed"] else
                "FAILED:\n\n```\n" + str(fuzz["failure"]) + "\n```")
+    if fuzz.get("requests") is None:  # the test failed before its summary line
+        fuzz = fuzz | {"requests": 0, "operations": "?", "seconds": 0.0}
     return f"""
 ## Fuzzing: Schemathesis over every operation
 
