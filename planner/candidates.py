@@ -13,6 +13,7 @@ from enum import Enum
 import numpy as np
 
 from cost_models import (
+    MemoryFootprint,
     ShardingType,
     Tier,
     piece_buffers,
@@ -173,46 +174,83 @@ def _fitting_ratios(problem: Problem, t: TableInfo, tiers: list[tuple[Tier, floa
 
 
 class _Coster:
-    """Costs the distinct piece shapes of a group once: row-wise pieces repeat two shapes."""
+    """Costs one table's distinct piece shapes: each (type, tier, cache ratio, rows, columns)
+    once; a shape's step buffers, the same for every tier and cache ratio, once per table;
+    its memory, the same for every sharding type, once per tier and cache ratio. Groups
+    with the same shapes (a column-wise candidate's chunks) share one set of arrays."""
 
-    def __init__(self, problem: Problem, t: TableInfo, tier: Tier, ratio: float | None,
-                 kind: ShardingType) -> None:
-        self.p, self.t, self.tier, self.kind = problem, t, tier, kind
-        self.ratio = ratio if ratio is not None else 1.0
-        self.memo: dict[tuple[int, int], tuple[float, ...]] = {}
+    def __init__(self, problem: Problem, t: TableInfo) -> None:
+        self.p, self.t = problem, t
+        self.shapes: dict[tuple[ShardingType, Tier, float, int, int], tuple[float, ...]] = {}
+        self.buffers: dict[tuple[bool, int, int], int] = {}
+        self.memory: dict[tuple[Tier, float, int, int], MemoryFootprint] = {}
+        self.arrays: dict[tuple[ShardingType, Tier, float, tuple[int, ...]],
+                          tuple[np.ndarray, ...]] = {}
 
-    def _shape(self, rows: int, cols: int) -> tuple[float, ...]:
+    def _shape(self, kind: ShardingType, tier: Tier, ratio: float, rows: int,
+               cols: int) -> tuple[float, ...]:
         """compute, comm, hbm, ddr, ssd, then 3 inter-host bytes and 3 owner rates."""
-        key = (rows, cols)
-        if key not in self.memo:
-            p, t = self.p, self.t
-            traffic = piece_traffic(t.geom, self.kind, self.tier, self.ratio, rows, cols,
-                                    p.hw, p.model)
-            c = traffic_cost(traffic, p.hw)
-            m = piece_memory(t.geom, self.tier, self.ratio, rows, cols, p.hw)
-            buf = piece_buffers(t.geom, self.kind is ShardingType.DATA_PARALLEL, rows, cols,
-                                p.hw.world_size, p.model).total
-            inter, rate = piece_sides(traffic)
-            self.memo[key] = (c.compute, c.comm, m.hbm + buf, m.ddr, m.ssd, *inter.tolist(),
-                              *rate.tolist())
-        return self.memo[key]
+        key = (kind, tier, ratio, rows, cols)
+        found = self.shapes.get(key)
+        if found is not None:
+            return found
+        p, t = self.p, self.t
+        dp = kind is ShardingType.DATA_PARALLEL
+        buf = self.buffers.get((dp, rows, cols))
+        if buf is None:
+            buf = self.buffers[(dp, rows, cols)] = piece_buffers(
+                t.geom, dp, rows, cols, p.hw.world_size, p.model).total
+        m = self.memory.get((tier, ratio, rows, cols))
+        if m is None:
+            m = self.memory[(tier, ratio, rows, cols)] = piece_memory(
+                t.geom, tier, ratio, rows, cols, p.hw)
+        traffic = piece_traffic(t.geom, kind, tier, ratio, rows, cols, p.hw, p.model)
+        c = traffic_cost(traffic, p.hw)
+        inter, rate = piece_sides(traffic)
+        found = self.shapes[key] = (c.compute, c.comm, m.hbm + buf, m.ddr, m.ssd,
+                                    *inter.tolist(), *rate.tolist())
+        return found
 
-    def group(self, geometry: np.ndarray) -> Group:
-        # One integer key per (rows, cols) shape: cols < 2**17 always (MAX_DIM = 65536).
-        if len(geometry) == 1:  # most groups: one piece, one shape
-            values = np.array([self._shape(int(geometry[0, 1]), int(geometry[0, 3]))],
-                              dtype=np.float64)
-        else:
-            keys = (geometry[:, 1] << 17) | geometry[:, 3]
-            shapes, inverse = np.unique(keys, return_inverse=True)
-            costed = np.array([self._shape(int(k >> 17), int(k & 0x1FFFF)) for k in shapes],
-                              dtype=np.float64)
-            values = costed[inverse]
-        # Byte counts are exact integers (< 2**53), so the float round trip is lossless.
-        as_int = values[:, 2:5].astype(np.int64)
-        return Group(geometry=geometry, comp=values[:, 0].copy(), comm=values[:, 1].copy(),
-                     hbm=as_int[:, 0].copy(), ddr=as_int[:, 1].copy(), ssd=as_int[:, 2].copy(),
-                     inter=values[:, 5:8].copy(), rate=values[:, 8:11].copy())
+    def group(self, prepared: "_Prepared", kind: ShardingType, tier: Tier,
+              ratio: float | None) -> Group:
+        r = ratio if ratio is not None else 1.0
+        key = (kind, tier, r, prepared.keys)
+        arrays = self.arrays.get(key)
+        if arrays is None:
+            costed = np.array([self._shape(kind, tier, r, rows, cols)
+                               for rows, cols in prepared.shapes], dtype=np.float64)
+            values = costed if prepared.inverse is None else costed[prepared.inverse]
+            # Byte counts are exact integers (< 2**53), so the float round trip is lossless.
+            as_int = values[:, 2:5].astype(np.int64)
+            arrays = self.arrays[key] = (
+                values[:, 0].copy(), values[:, 1].copy(), as_int[:, 0].copy(),
+                as_int[:, 1].copy(), as_int[:, 2].copy(), values[:, 5:8].copy(),
+                values[:, 8:11].copy())
+        comp, comm, hbm, ddr, ssd, inter, rate = arrays
+        return Group(geometry=prepared.geometry, comp=comp, comm=comm, hbm=hbm, ddr=ddr,
+                     ssd=ssd, inter=inter, rate=rate)
+
+
+@dataclass(frozen=True, eq=False)
+class _Prepared:
+    """A group's geometry with its distinct (rows, cols) shapes found once for all tiers:
+    `inverse` maps each piece to its shape (None: one piece)."""
+
+    geometry: np.ndarray
+    shapes: tuple[tuple[int, int], ...]
+    keys: tuple[int, ...]
+    inverse: np.ndarray | None
+
+
+def _prepare(geometry: np.ndarray) -> _Prepared:
+    if len(geometry) == 1:  # most groups: one piece, one shape
+        rows, cols = int(geometry[0, 1]), int(geometry[0, 3])
+        return _Prepared(geometry, ((rows, cols),), ((rows << 17) | cols,), None)
+    # One integer key per (rows, cols) shape: cols < 2**17 always (MAX_DIM = 65536).
+    keys = (geometry[:, 1] << 17) | geometry[:, 3]
+    shapes, inverse = np.unique(keys, return_inverse=True)
+    pairs = tuple((int(k >> 17), int(k & 0x1FFFF)) for k in shapes.tolist())
+    return _Prepared(geometry, pairs, (*keys.tolist(),), inverse.reshape(-1))
 
 
 Shape = tuple[ShardingType, Scope, list[np.ndarray]]
@@ -261,11 +299,17 @@ def _shapes(problem: Problem, t: TableInfo) -> list[Shape]:
 
 
 def _build(problem: Problem, t: TableInfo, kind: ShardingType, scope: Scope,
-           shape_groups: list[np.ndarray], tier: Tier, ratio: float | None) -> Candidate:
-    coster = _Coster(problem, t, tier, ratio, kind)
-    groups = tuple(coster.group(geo) for geo in shape_groups)
-    comp_all = np.concatenate([g.comp for g in groups])
-    comm_all = np.concatenate([g.comm for g in groups])
+           shape_groups: list[np.ndarray], tier: Tier, ratio: float | None,
+           coster: "_Coster | None" = None,
+           prepared: "list[_Prepared] | None" = None) -> Candidate:
+    coster = coster or _Coster(problem, t)
+    prepared = prepared or [_prepare(geo) for geo in shape_groups]
+    groups = tuple(coster.group(pg, kind, tier, ratio) for pg in prepared)
+    if len(groups) == 1:
+        comp_all, comm_all = groups[0].comp, groups[0].comm
+    else:
+        comp_all = np.concatenate([g.comp for g in groups])
+        comm_all = np.concatenate([g.comm for g in groups])
     per_piece = np.maximum(comp_all, comm_all) if problem.model.pipelined else comp_all + comm_all
     comp, comm = math.fsum(comp_all.tolist()), math.fsum(comm_all.tolist())
     return Candidate(
@@ -330,14 +374,16 @@ def enumerate_candidates(problem: Problem, t: TableInfo, slow_tiers: bool,
     tiers += _fitting_ratios(problem, t, tiers)
     pinned = set(t.constraints.pinned_ranks) if t.constraints.pinned_ranks else None
     out: list[Candidate] = []
+    coster = _Coster(problem, t)
     for kind, scope, shape in _shapes(problem, t):
         if pinned is not None and not _pins_allow(scope, shape, pinned, hw.gpus_per_host,
                                                   hw.world_size):
             continue
+        prepared = [_prepare(geo) for geo in shape]
         for tier, ratio in tiers:
             if kind is ShardingType.DATA_PARALLEL and tier is not Tier.HBM:
                 continue
-            cand = _build(problem, t, kind, scope, shape, tier, ratio)
+            cand = _build(problem, t, kind, scope, shape, tier, ratio, coster, prepared)
             if keep_unfit or _fits_alone(problem, cand):
                 out.append(cand)
     return pareto_front(out)

@@ -4,9 +4,9 @@ A layout (request + per-table pieces) is all a hand-made or foreign plan needs; 
 and per-host reports and the summary are derived from it by `planner.plan_build`.
 """
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
+from pydantic import BaseModel, Field, SerializerFunctionWrapHandler, model_serializer
 
 from cost_models import ShardingType, Tier
 from planner.spec.request import ResolvedRequest
@@ -14,6 +14,33 @@ from planner.spec.table import StrictModel
 
 SCHEMA_VERSION = "1"
 NonNeg = Annotated[int, Field(strict=True, ge=0)]
+
+M = TypeVar("M", bound=BaseModel)
+_new = object.__new__
+_set = object.__setattr__
+
+
+def trusted(cls: type[M], values: dict[str, Any]) -> M:
+    """`cls.model_construct(**values)` for values the planner made itself and that name every
+    field in declaration order: what model_construct does, without its per-field loop over
+    defaults and aliases (a third of the time of building a million pieces). The models are
+    frozen, and every field is set, so the field set is shared."""
+    m = _new(cls)
+    _set(m, "__dict__", values)
+    _set(m, "__pydantic_fields_set__", _all_fields(cls))
+    _set(m, "__pydantic_extra__", None)
+    _set(m, "__pydantic_private__", None)
+    return m
+
+
+_FIELD_SETS: dict[type[BaseModel], set[str]] = {}
+
+
+def _all_fields(cls: type[BaseModel]) -> set[str]:
+    found = _FIELD_SETS.get(cls)
+    if found is None:
+        found = _FIELD_SETS[cls] = set(cls.model_fields)
+    return found
 
 
 class PlanPiece(StrictModel):
