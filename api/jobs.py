@@ -22,6 +22,7 @@ import socket
 import time
 import uuid
 from collections.abc import Callable
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import IO, Any
 
@@ -338,6 +339,12 @@ class JobRunner:
                 type=SOLVE_FAILED, title="Solve ran past its time limit", status=422,
                 detail=f"the solve did not finish within {timeout_s:g} s (options."
                        "time_limit_s plus the service's overhead allowance)")) from None
+        except BrokenProcessPool:
+            # pebble gives up on a pool when a worker dies with no task of its own (e.g. just
+            # after a timed-out task's worker was stopped): a new pool takes the next task,
+            # and this one is re-run (a solve) or answered 503 (a tool call).
+            log.warning("a process pool broke; replacing it")
+            raise Interrupted from None
         except ProcessExpired as exc:
             # pebble's worker exits with the signal's number, multiprocessing with minus it.
             if abs(exc.exitcode or 0) in (signal.SIGTERM, signal.SIGINT):
@@ -350,6 +357,15 @@ class JobRunner:
             self.metrics.solves_running.dec()
             self.metrics.solve_seconds.observe(time.perf_counter() - start)
 
+    def _renewed(self, pool: ProcessPool | None, workers: int) -> ProcessPool:
+        """The pool, or a new one in its place when pebble has marked it broken."""
+        if pool is not None and (pool.active or self._stopping):
+            return pool
+        log.warning("process pool broken: starting a new one with %d worker(s)", workers)
+        if pool is not None:
+            pool.stop()  # its workers are gone or going; join happens in the background
+        return self._new_pool(workers)
+
     async def call(self, fn: Callable[[str], worker.Outcome], arg: str,
                    timeout_s: float) -> worker.Outcome:
         """Run fn(arg) in the tools' pool (check, evaluate); Busy if too many wait."""
@@ -361,6 +377,7 @@ class JobRunner:
         finally:
             self._tool_waiting -= 1
         try:
+            self._tool_pool = self._renewed(self._tool_pool, self.settings.tool_workers)
             return await self._in_pool(self._tool_pool, fn, arg, timeout_s)
         finally:
             self._tool_slots.release()
@@ -388,6 +405,7 @@ class JobRunner:
         fields: dict[str, Any]
         try:
             try:
+                self._pool = self._renewed(self._pool, self.settings.max_concurrent_solves)
                 outcome = await self._in_pool(self._pool, worker.solve, row.request,
                                               self.settings.solve_deadline_s(row.time_limit_s))
                 status = str(outcome["status"])

@@ -41,9 +41,19 @@ def solve(request_json: str) -> Outcome:
     return {"status": "succeeded", "plan": result.model_dump_json(), "plan_hash": result.plan_hash}
 
 
+def _loads(text: str) -> Any:
+    """JSON as the service read it (api/body.py): integral numbers (62.0) are integers."""
+
+    def parse_float(t: str) -> float | int:
+        value = float(t)
+        return int(value) if value.is_integer() and abs(value) < 1e300 else value
+
+    return json.loads(text, parse_float=parse_float)
+
+
 def evaluate_layout(layout_json: str) -> Outcome:
-    given = validate_model(EvaluateInput, json.loads(layout_json))
     try:
+        given = validate_model(EvaluateInput, _loads(layout_json))
         # One of our plans the checker verifies comes back unchanged (planner/evaluation.py).
         result = evaluate_input(given).plan
     except (BadInputError, InfeasibleError, NoPlanFoundError) as exc:
@@ -52,8 +62,10 @@ def evaluate_layout(layout_json: str) -> Outcome:
 
 
 def check(plan_json: str) -> Outcome:
+    # Planner errors are outcomes: an exception object crossing the process boundary would
+    # need to unpickle, and BadInputError's does not (pebble then gives up on the pool).
     try:
-        report = check_plan(validate_model(Plan, json.loads(plan_json)))
+        report = check_plan(validate_model(Plan, _loads(plan_json)))
     except (BadInputError, InfeasibleError, NoPlanFoundError) as exc:
         return _error(exc)
     return {"status": "succeeded", "ok": report.ok, "errors": report.errors,
