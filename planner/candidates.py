@@ -86,6 +86,10 @@ class Candidate:
     hbm_total: int
     ddr_total: int
     ssd_total: int
+    # Per (rows, cols) piece shape, the 16 per-GPU figures planner.plan_build sums: the six
+    # cost terms, hbm (with step buffers), ddr, ssd, 3 inter-host bytes, 3 owner rates, the
+    # step buffers. Costed here once, so the plan's per-GPU totals need no second costing.
+    figures: dict[tuple[int, int], tuple[float, ...]] | None = None
 
     @property
     def total_bytes(self) -> int:
@@ -182,6 +186,7 @@ class _Coster:
     def __init__(self, problem: Problem, t: TableInfo) -> None:
         self.p, self.t = problem, t
         self.shapes: dict[tuple[ShardingType, Tier, float, int, int], tuple[float, ...]] = {}
+        self.figures: dict[tuple[ShardingType, Tier, float, int, int], tuple[float, ...]] = {}
         self.buffers: dict[tuple[bool, int, int], int] = {}
         self.memory: dict[tuple[Tier, float, int, int], MemoryFootprint] = {}
         self.arrays: dict[tuple[ShardingType, Tier, float, tuple[int, ...]],
@@ -207,8 +212,10 @@ class _Coster:
         traffic = piece_traffic(t.geom, kind, tier, ratio, rows, cols, p.hw, p.model)
         c = traffic_cost(traffic, p.hw)
         inter, rate = piece_sides(traffic)
-        found = self.shapes[key] = (c.compute, c.comm, m.hbm + buf, m.ddr, m.ssd,
-                                    *inter.tolist(), *rate.tolist())
+        sides = (*inter.tolist(), *rate.tolist())
+        found = self.shapes[key] = (c.compute, c.comm, m.hbm + buf, m.ddr, m.ssd, *sides)
+        self.figures[key] = (c.lookup, c.backward, c.cache_miss, c.input_a2a, c.output_a2a,
+                             c.allreduce, m.hbm + buf, m.ddr, m.ssd, *sides, buf)
         return found
 
     def group(self, prepared: "_Prepared", kind: ShardingType, tier: Tier,
@@ -260,6 +267,20 @@ def _geo(pieces: list[tuple[int, int, int, int]]) -> np.ndarray:
     return np.array(pieces, dtype=np.int64).reshape(-1, 4)
 
 
+def _row_bands(rows: int, parts: int, col_offset: int, cols: int) -> np.ndarray:
+    """_geo([(r0, rn, col_offset, cols) for r0, rn in even_split(rows, parts)]), as arrays
+    (a row-wise candidate on 1,024 GPUs has 1,024 pieces)."""
+    q, rem = divmod(rows, parts)
+    counts = np.full(parts, q, dtype=np.int64)
+    counts[:rem] += 1
+    geo = np.empty((parts, 4), dtype=np.int64)
+    geo[:, 0] = np.cumsum(counts) - counts
+    geo[:, 1] = counts
+    geo[:, 2] = col_offset
+    geo[:, 3] = cols
+    return geo
+
+
 def _shapes(problem: Problem, t: TableInfo) -> list[Shape]:
     """(type, scope, groups of (row_offset, rows, col_offset, cols)) allowed for the table."""
     hw = problem.hw
@@ -277,8 +298,7 @@ def _shapes(problem: Problem, t: TableInfo) -> list[Shape]:
             out.append((ShardingType.COLUMN_WISE, Scope.GPU,
                         [_geo([(0, rows, c0, cn)]) for c0, cn in chunks]))
     if ShardingType.ROW_WISE in allowed and rows >= w and w > 1:
-        out.append((ShardingType.ROW_WISE, Scope.WORLD,
-                    [_geo([(r0, rn, 0, dim) for r0, rn in even_split(rows, w)])]))
+        out.append((ShardingType.ROW_WISE, Scope.WORLD, [_row_bands(rows, w, 0, dim)]))
     if ShardingType.TABLE_ROW_WISE in allowed and rows >= g and g > 1:
         out.append((ShardingType.TABLE_ROW_WISE, Scope.HOST_FIXED,
                     [_geo([(r0, rn, 0, dim) for r0, rn in even_split(rows, g)])]))
@@ -294,7 +314,8 @@ def _shapes(problem: Problem, t: TableInfo) -> list[Shape]:
                          for c0, cn in even_split(dim, k)]))
     if (ShardingType.DATA_PARALLEL in allowed and w > 1
             and t.bytes <= DATA_PARALLEL_MAX_HBM_SHARE * hw.hbm_cap):
-        out.append((ShardingType.DATA_PARALLEL, Scope.WORLD, [_geo([full] * w)]))
+        out.append((ShardingType.DATA_PARALLEL, Scope.WORLD,
+                    [np.tile(np.array(full, dtype=np.int64), (w, 1))]))
     return out
 
 
@@ -312,6 +333,9 @@ def _build(problem: Problem, t: TableInfo, kind: ShardingType, scope: Scope,
         comm_all = np.concatenate([g.comm for g in groups])
     per_piece = np.maximum(comp_all, comm_all) if problem.model.pipelined else comp_all + comm_all
     comp, comm = math.fsum(comp_all.tolist()), math.fsum(comm_all.tolist())
+    r = ratio if ratio is not None else 1.0
+    figures = {shape: coster.figures[(kind, tier, r, *shape)]
+               for pg in prepared for shape in pg.shapes}
     return Candidate(
         table=t.index, kind=kind, tier=tier, cache_ratio=ratio, scope=scope, groups=groups,
         work=comp + comm, comp_work=comp, comm_work=comm, max_piece=float(per_piece.max()),
@@ -319,6 +343,7 @@ def _build(problem: Problem, t: TableInfo, kind: ShardingType, scope: Scope,
         hbm_total=sum(int(g.hbm.sum()) for g in groups),
         ddr_total=sum(int(g.ddr.sum()) for g in groups),
         ssd_total=sum(int(g.ssd.sum()) for g in groups),
+        figures=figures,
     )
 
 

@@ -14,7 +14,7 @@ import numpy as np
 
 from cost_models import ShardingType, Tier
 from planner.errors import BadInputError
-from planner.plan_model import SCHEMA_VERSION, PlanLayout, PlanPiece, TablePlan, trusted
+from planner.plan_model import SCHEMA_VERSION, PlanLayout, TablePlan, trusted, trusted_pieces
 from planner.spec import ResolvedRequest
 
 # Piece geometry and ranks are int64 here; a foreign layout's beyond this is refused.
@@ -40,6 +40,9 @@ class PieceLayout:
     hosts: np.ndarray  # (P,) int64
     geometry: np.ndarray  # (P, 4) int64
     schema_version: str = SCHEMA_VERSION
+    # Per table, its piece shapes' per-GPU figures as the candidates costed them
+    # (planner.candidates.Candidate.figures); None: plan_build costs them.
+    figures: tuple[dict[tuple[int, int], tuple[float, ...]] | None, ...] | None = None
 
     @property
     def table_of_piece(self) -> np.ndarray:
@@ -49,11 +52,9 @@ class PieceLayout:
     def tables(self) -> list[TablePlan]:
         """The pydantic tables of the plan that leaves the library (built without
         re-validating what the arrays already hold)."""
-        cols = [self.ranks.tolist(), self.hosts.tolist(),
-                *(self.geometry[:, k].tolist() for k in range(4))]
-        pieces = [trusted(PlanPiece, {"rank": r, "host": h, "row_offset": ro,
-                                      "row_count": rc, "col_offset": co, "col_count": cc})
-                  for r, h, ro, rc, co, cc in zip(*cols, strict=True)]
+        pieces = trusted_pieces(zip(
+            self.ranks.tolist(), self.hosts.tolist(),
+            *(self.geometry[:, k].tolist() for k in range(4)), strict=True))
         s = self.starts.tolist()
         return [trusted(TablePlan, {"name": name, "sharding_type": kind, "tier": tier,
                                     "cache_ratio": ratio, "pieces": pieces[s[i]:s[i + 1]]})
@@ -62,18 +63,20 @@ class PieceLayout:
 
     def tables_json(self) -> str:
         """The canonical JSON of `tables()` (what planner.hashing.canonical_json writes for
-        it), straight from the arrays."""
+        it), straight from the arrays: one %-format per table over its pieces' integers."""
         g = self.geometry
-        text = [_PIECE_JSON % piece for piece in zip(
-            g[:, 3].tolist(), g[:, 2].tolist(), self.hosts.tolist(), self.ranks.tolist(),
-            g[:, 1].tolist(), g[:, 0].tolist(), strict=True)]
+        # Per piece, its six integers in the canonical (sorted) key order.
+        flat = np.stack([g[:, 3], g[:, 2], self.hosts, self.ranks, g[:, 1], g[:, 0]],
+                        axis=1).reshape(-1).tolist()
         s = self.starts.tolist()
         out = []
         for i, (name, kind, tier, ratio) in enumerate(
                 zip(self.names, self.kinds, self.tiers, self.cache_ratios, strict=True)):
+            n = s[i + 1] - s[i]
+            pieces = (",".join([_PIECE_JSON] * n) % tuple(flat[6 * s[i]:6 * s[i + 1]])
+                      if n else "")
             out.append('{"cache_ratio":' + json.dumps(ratio) + ',"name":' + json.dumps(name)
-                       + ',"pieces":[' + ",".join(text[s[i]:s[i + 1]])
-                       + '],"sharding_type":' + json.dumps(kind.value)
+                       + ',"pieces":[' + pieces + '],"sharding_type":' + json.dumps(kind.value)
                        + ',"tier":' + json.dumps(tier.value) + "}")
         return "[" + ",".join(out) + "]"
 
@@ -81,7 +84,9 @@ class PieceLayout:
 def piece_layout(request: ResolvedRequest, names: list[str], kinds: list[ShardingType],
                  tiers: list[Tier], cache_ratios: list[float | None],
                  geometry: list[np.ndarray], ranks: list[np.ndarray], counts: list[int],
-                 gpus_per_host: int) -> PieceLayout:
+                 gpus_per_host: int,
+                 figures: list[dict[tuple[int, int], tuple[float, ...]] | None] | None = None,
+                 ) -> PieceLayout:
     """Assemble a layout from per-group arrays (in plan order) and per-table piece counts."""
     geo = (np.concatenate(geometry).astype(np.int64, copy=False).reshape(-1, 4)
            if geometry else np.zeros((0, 4), dtype=np.int64))
@@ -93,7 +98,8 @@ def piece_layout(request: ResolvedRequest, names: list[str], kinds: list[Shardin
     np.cumsum(counts, out=starts[1:])
     return PieceLayout(request=request, names=tuple(names), kinds=tuple(kinds),
                        tiers=tuple(tiers), cache_ratios=tuple(cache_ratios), starts=starts,
-                       ranks=rank, hosts=rank // gpus_per_host, geometry=geo)
+                       ranks=rank, hosts=rank // gpus_per_host, geometry=geo,
+                       figures=None if figures is None else tuple(figures))
 
 
 def from_plan_layout(layout: PlanLayout) -> PieceLayout:

@@ -62,11 +62,21 @@ def gpu_totals(layout: PlanLayout | PieceLayout, problem: Problem) -> list[GpuTo
     counts = np.zeros(w, dtype=np.int64)
     if len(arrays.ranks):
         geo = arrays.geometry
-        keys = np.stack([arrays.table_of_piece, geo[:, 1], geo[:, 3]], axis=1)
-        shapes, inverse = np.unique(keys, axis=0, return_inverse=True)
-        rows = [_shape_row(problem, by_name[arrays.names[i]], arrays.kinds[i],
-                           arrays.tiers[i], arrays.cache_ratios[i], n_rows, n_cols)
-                for i, n_rows, n_cols in shapes.tolist()]
+        # Distinct (rows, cols), then distinct (table, shape): two 1-d uniques.
+        shape_keys, shape_of = np.unique(np.stack([geo[:, 1], geo[:, 3]], axis=1), axis=0,
+                                         return_inverse=True) if len(geo) < 64 else \
+            _unique_pairs(geo[:, 1], geo[:, 3])
+        keys = arrays.table_of_piece * len(shape_keys) + shape_of.reshape(-1)
+        distinct, inverse = np.unique(keys, return_inverse=True)
+        known = arrays.figures or (None,) * len(arrays.names)
+        rows = []
+        for i, k in zip((distinct // len(shape_keys)).tolist(),
+                        (distinct % len(shape_keys)).tolist(), strict=True):
+            shape = (*shape_keys[k].tolist(),)
+            costed = known[i]
+            rows.append(costed[shape] if costed is not None and shape in costed else
+                        shape_figures(problem, by_name[arrays.names[i]], arrays.kinds[i],
+                                   arrays.tiers[i], arrays.cache_ratios[i], *shape))
         values = np.array(rows)[inverse.reshape(-1)]
         for col in range(16):
             sums[:, col] = np.bincount(arrays.ranks, weights=values[:, col], minlength=w)
@@ -91,10 +101,22 @@ def gpu_totals(layout: PlanLayout | PieceLayout, problem: Problem) -> list[GpuTo
     ]
 
 
-def _shape_row(problem: Problem, info: TableInfo, kind: ShardingType, tier: Tier,
+def _unique_pairs(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """np.unique over rows (a, b) of non-negative int64 columns, with the inverse, by a
+    unique of a, of b, then of their combined index (each 1-d, fast)."""
+    ua, ia = np.unique(a, return_inverse=True)
+    ub, ib = np.unique(b, return_inverse=True)
+    pair, inverse = np.unique(ia.reshape(-1) * len(ub) + ib.reshape(-1), return_inverse=True)
+    return np.stack([ua[pair // len(ub)], ub[pair % len(ub)]], axis=1), inverse.reshape(-1)
+
+
+def shape_figures(problem: Problem, info: TableInfo, kind: ShardingType, tier: Tier,
                cache_ratio: float | None, rows: int, cols: int) -> list[float]:
     """One piece shape's 16 per-GPU figures: the six cost terms, hbm (with the step
-    buffers), ddr, ssd, the three inter-host bytes, the three owner rates, the buffers."""
+    buffers), ddr, ssd, the three inter-host bytes, the three owner rates, the buffers.
+    planner.candidates costs the same figures for its candidates (Candidate.figures), and
+    gpu_totals takes them from there when the layout carries them: a change here goes there
+    too (tests/test_piece_layout.py checks that the two agree)."""
     hw = problem.hw
     ratio = cache_ratio if cache_ratio is not None else 1.0
     traffic = piece_traffic(info.geom, kind, tier, ratio, rows, cols, hw, problem.model)

@@ -4,6 +4,7 @@ A layout (request + per-table pieces) is all a hand-made or foreign plan needs; 
 and per-host reports and the summary are derived from it by `planner.plan_build`.
 """
 
+from collections.abc import Iterable
 from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, Field, SerializerFunctionWrapHandler, model_serializer
@@ -31,6 +32,24 @@ def trusted(cls: type[M], values: dict[str, Any]) -> M:
     _set(m, "__pydantic_extra__", None)
     _set(m, "__pydantic_private__", None)
     return m
+
+
+def trusted_pieces(rows: Iterable[tuple[int, int, int, int, int, int]]) -> list["PlanPiece"]:
+    """`trusted(PlanPiece, ...)` for each (rank, host, row_offset, row_count, col_offset,
+    col_count), in one loop: a million pieces at 10,000 tables x 1,024 GPUs."""
+    fields_set = _all_fields(PlanPiece)
+    out = []
+    append = out.append
+    for rank, host, row_offset, row_count, col_offset, col_count in rows:
+        m = _new(PlanPiece)
+        _set(m, "__dict__", {"rank": rank, "host": host, "row_offset": row_offset,
+                             "row_count": row_count, "col_offset": col_offset,
+                             "col_count": col_count})
+        _set(m, "__pydantic_fields_set__", fields_set)
+        _set(m, "__pydantic_extra__", None)
+        _set(m, "__pydantic_private__", None)
+        append(m)
+    return out
 
 
 _FIELD_SETS: dict[type[BaseModel], set[str]] = {}

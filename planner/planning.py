@@ -140,7 +140,7 @@ def layout_of(problem: Problem, assignment: Assignment) -> PieceLayout:
     return piece_layout(problem.request, [t.name for t in problem.tables],
                         [c.cand.kind for c in choices], [c.cand.tier for c in choices],
                         [c.cand.cache_ratio for c in choices], geometry, ranks, counts,
-                        problem.hw.gpus_per_host)
+                        problem.hw.gpus_per_host, [c.cand.figures for c in choices])
 
 
 def _decisions(problem: Problem, slow: bool, bound: LowerBound, a: Assignment) -> list[str]:

@@ -47,3 +47,19 @@ def test_bad_pieces_are_refused_in_plan_order(rm2: Plan) -> None:
     with pytest.raises(BadInputError) as err:
         gpu_totals(PlanLayout.model_validate({k: d[k] for k in ("request", "tables")}), problem)
     assert err.value.field == "tables[1].name"
+
+
+def test_candidate_figures_equal_plan_build_costing(rm2: Plan) -> None:
+    """gpu_totals takes piece figures from the candidates when it has them: the same numbers
+    as its own costing, to the bit."""
+    from planner.plan_build import shape_figures
+    from planner.planning import candidates_for
+
+    problem = build_problem(rm2.request)
+    cands, _ = candidates_for(problem)
+    for t, cs in zip(problem.tables, cands, strict=True):
+        for c in cs:
+            assert c.figures is not None
+            for (rows, cols), fig in c.figures.items():
+                assert fig == tuple(shape_figures(problem, t, c.kind, c.tier, c.cache_ratio,
+                                               rows, cols))
