@@ -73,6 +73,11 @@ def register(app: typer.Typer) -> None:
         output: Annotated[Path | None, typer.Option("-o", "--output",
                                                     help="write the report JSON")] = None,
         fmt: Annotated[Format, typer.Option("--format")] = Format.table,
+        compare: Annotated[bool, typer.Option(
+            "--compare", help="per rank and phase: the plan's predicted seconds beside the "
+                              "measured ones (compute: the rank's CPU time; collectives: "
+                              "wall time after a barrier; medians over the steps), the "
+                              "errors, Spearman over ranks and the slowest rank")] = False,
         eps: Annotated[float, typer.Option(
             help="epsilon of the Adagrad, row-wise Adagrad and Adam updates")] = 1e-8,
         fault: Annotated[str | None, typer.Option(
@@ -135,6 +140,6 @@ def register(app: typer.Typer) -> None:
         else:
             from planner.executor.report import render
 
-            render(rep, Console(soft_wrap=False, width=160))
+            render(rep, Console(soft_wrap=False, width=160), compare=compare)
         if not rep.ok:
             raise typer.Exit(EXIT_CHECK_FAILED)

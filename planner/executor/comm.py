@@ -4,12 +4,19 @@ The all-to-all is `torch.distributed.all_to_all_single` on uint8 buffers with un
 (gloo and NCCL both implement it). A rank's own share never enters the buffer: it does not
 cross a wire, and the cost model does not count it either. The data-parallel all-reduce is a
 ring (reduce-scatter then all-gather over row chunks) written with point-to-point sends, so
-its bytes are countable and it can quantize like the all-to-alls.
+its bytes are countable and it can quantize like the all-to-alls. Replicas' gradients are
+all-reduced in DDP's buckets (buckets.py: one ring per bucket, not one per table).
+
+Timing (Timer): each collective starts after an untimed barrier when `align` is set, so its
+wall time is the exchange itself, not the wait for a peer still computing; compute is timed
+by the thread's CPU clock. See README, "Executor".
 """
 
 import os
 import time
 from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,6 +25,12 @@ import torch.distributed as dist
 
 from cost_models.types import CommPrecision
 from planner.executor import quant
+from planner.executor.buckets import (  # noqa: F401  (re-exported: the executor's constants)
+    ALLREDUCE_BUCKET_BYTES,
+    ALLREDUCE_FIRST_BUCKET_BYTES,
+    allreduce_calls,
+    bucket_assignment,
+)
 
 # Longest wait for gloo's worker thread to let go of a finished collective's buffers.
 SETTLE_S = 2.0
@@ -56,9 +69,29 @@ class Comm:
     step: int = 0
     counts: dict[str, ByteCount] = field(default_factory=lambda: defaultdict(ByteCount))
     seconds: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    timer: "Timer | None" = None  # set by the rank: collectives' wall time per phase
+    align: bool = True  # an untimed barrier before each timed collective
 
     def reset(self) -> None:
         self.counts.clear()
+
+    @contextmanager
+    def _timed(self, name: str) -> Iterator[None]:
+        """The collective's span: after a barrier (not timed) when aligned, so a rank does not
+        time its peers' compute as its own transfer."""
+        t = self.timer
+        if t is None:
+            yield
+            return
+        if self.align:
+            with t.excluded():
+                try:
+                    dist.barrier()
+                except RuntimeError as exc:
+                    raise CollectiveError(f"barrier before '{name}' at step {self.step}: "
+                                          f"{exc}") from exc
+        with t.collective():
+            yield
 
     def _guard(self, phase: str) -> None:
         self.heartbeat.mark(self.step, phase)
@@ -92,7 +125,8 @@ class Comm:
         inp = torch.cat(parts) if sum(in_splits) else empty
         out = torch.empty(sum(out_splits), dtype=torch.uint8, device=self.device)
         try:
-            dist.all_to_all_single(out, inp, out_splits, in_splits)
+            with self._timed(name):
+                dist.all_to_all_single(out, inp, out_splits, in_splits)
         except RuntimeError as exc:
             raise CollectiveError(f"all-to-all '{name}' at step {self.step}: {exc}") from exc
         self._settle(inp, out)
@@ -107,22 +141,30 @@ class Comm:
             at += out_splits[s]
         return result
 
-    def ring_allreduce(self, name: str, x: torch.Tensor, precision: CommPrecision) -> None:
-        """Sum x [rows, cols] over ranks in place. Rows are cut into `world` chunks; chunk c
-        is summed in the order c, c+1, ... (mod world), which the reference reproduces.
-        Every hop sends its rows at `precision`; the rank that finishes a chunk keeps the value
-        it sends, so all replicas end bit-identical."""
+    def ring_allreduce(self, name: str, xs: list[torch.Tensor],
+                       precision: CommPrecision) -> None:
+        """Sum every x [rows, cols] of `xs` (one bucket) over ranks in place, in one ring. Each
+        x's rows are cut into `world` chunks; chunk c of every x travels in the same hop (the
+        bucket's chunk c), so a bucket costs 2(W-1) messages whatever its tables, and each
+        x is summed in the order c, c+1, ... (mod world), as the reference reproduces. Every
+        hop sends its rows at `precision` (per row, as the model counts the bytes); the rank
+        that finishes a chunk keeps the value it sends, so all replicas end bit-identical."""
         w, me = self.world, self.rank
-        if w == 1:
+        if w == 1 or not xs:
             return
-        bounds = chunk_bounds(x.shape[0], w)
+        bounds = [chunk_bounds(x.shape[0], w) for x in xs]
         nxt, prv = (me + 1) % w, (me - 1) % w
-        cols = x.shape[1]
 
-        def hop(buf: torch.Tensor, recv_c: int) -> torch.Tensor:
-            r0, r1 = bounds[recv_c], bounds[recv_c + 1]
-            rbuf = torch.empty(quant.wire_bytes(precision, r1 - r0, cols), dtype=torch.uint8,
-                               device=x.device)
+        def rows_of(i: int, c: int) -> slice:
+            return slice(bounds[i][c], bounds[i][c + 1])
+
+        def wire(c: int) -> list[int]:
+            return [quant.wire_bytes(precision, bounds[i][c + 1] - bounds[i][c], x.shape[1])
+                    for i, x in enumerate(xs)]
+
+        def hop(buf: torch.Tensor, recv_c: int) -> tuple[torch.Tensor, list[torch.Tensor]]:
+            sizes = wire(recv_c)
+            rbuf = torch.empty(sum(sizes), dtype=torch.uint8, device=xs[0].device)
             try:
                 req = dist.isend(buf, nxt)
                 dist.recv(rbuf, prv)
@@ -134,51 +176,127 @@ class Comm:
             c = self.counts[name]
             c.sent += int(buf.numel())
             c.recv += int(rbuf.numel())
-            return rbuf
+            return rbuf, list(torch.split(rbuf, sizes))
 
-        def rows_of(c: int) -> slice:
-            return slice(bounds[c], bounds[c + 1])
+        def encode(c: int) -> list[torch.Tensor]:
+            return [quant.encode(x[rows_of(i, c)], precision) for i, x in enumerate(xs)]
+
+        def cat(parts: list[torch.Tensor]) -> torch.Tensor:
+            return torch.cat(parts) if len(parts) > 1 else parts[0]
 
         self._guard(name)
-        for k in range(w - 1):  # reduce-scatter
-            send_c, recv_c = (me - k) % w, (me - k - 1) % w
-            got = hop(quant.encode(x[rows_of(send_c)], precision), recv_c)
-            r = rows_of(recv_c)
-            x[r] = quant.decode(got, r.stop - r.start, cols, precision) + x[r]
-        # All-gather: the finished chunk's bytes travel unchanged round the ring, and its
-        # owner keeps what it sent, so every replica decodes the very same bytes.
-        done = rows_of((me + 1) % w)
-        buf = quant.encode(x[done], precision)
-        x[done] = quant.decode(buf, done.stop - done.start, cols, precision)
-        for k in range(w - 1):
-            recv_c = (me - k) % w
-            buf = hop(buf, recv_c)
-            r = rows_of(recv_c)
-            x[r] = quant.decode(buf, r.stop - r.start, cols, precision)
+        with self._timed(name):
+            for k in range(w - 1):  # reduce-scatter
+                send_c, recv_c = (me - k) % w, (me - k - 1) % w
+                _, got = hop(cat(encode(send_c)), recv_c)
+                for i, x in enumerate(xs):
+                    r = rows_of(i, recv_c)
+                    x[r] = quant.decode(got[i], r.stop - r.start, x.shape[1], precision) + x[r]
+            # All-gather: the finished chunk's bytes travel unchanged round the ring, and its
+            # owner keeps what it sent, so every replica decodes the very same bytes.
+            done_c = (me + 1) % w
+            parts = encode(done_c)
+            for i, x in enumerate(xs):
+                d = rows_of(i, done_c)
+                x[d] = quant.decode(parts[i], d.stop - d.start, x.shape[1], precision)
+            buf = cat(parts)
+            for k in range(w - 1):
+                recv_c = (me - k) % w
+                buf, got = hop(buf, recv_c)
+                for i, x in enumerate(xs):
+                    r = rows_of(i, recv_c)
+                    x[r] = quant.decode(got[i], r.stop - r.start, x.shape[1], precision)
 
 
 def chunk_bounds(rows: int, world: int) -> list[int]:
     return [rows * i // world for i in range(world + 1)]
 
 
+@dataclass
+class PhaseTime:
+    """One phase of one step on one rank. `cpu` is this thread's own CPU time in the phase
+    (time.thread_time), less what nested spans took: work no other rank's load can inflate
+    on a shared machine, as long as the rank runs one thread (worker.py sets
+    torch.set_num_threads(1)). `coll_wall` is the wall time inside the phase's collectives,
+    each started after an untimed barrier, so that it holds the transfer and not the wait
+    for a slower peer; `coll_cpu` the thread's CPU time inside them."""
+
+    cpu: float = 0.0
+    wall: float = 0.0  # the whole phase, nested spans included
+    coll_wall: float = 0.0
+    coll_cpu: float = 0.0
+    calls: int = 0  # collective calls (a ring all-reduce of one bucket is one call)
+
+
+@dataclass
+class _Frame:
+    name: str
+    kind: str  # "phase", "collective" or "excluded"
+    wall0: float
+    cpu0: float
+    child_cpu: float = 0.0
+
+
 class Timer:
-    """Seconds per phase; waits for the device so GPU time is not hidden in the next phase."""
+    """Per step, per phase: wall time, the thread's own CPU time and the collectives' wall
+    time (PhaseTime). Spans nest: a phase inside a phase (the cache's misses inside the
+    lookup) takes its CPU time out of the outer one's; a collective's time is charged to the
+    phase it runs in; an excluded span (the barrier before a collective) counts nowhere.
+    Waits for the device at the end of a span so GPU time is not hidden in the next one."""
 
     def __init__(self, device: torch.device, into: dict[str, float]) -> None:
         self.device, self.into = device, into
+        self.steps: list[dict[str, PhaseTime]] = []
+        self._stack: list[_Frame] = []
+
+    def new_step(self) -> None:
+        self.steps.append(defaultdict(PhaseTime))
+
+    def reset(self) -> None:
+        self.steps.clear()
 
     def __call__(self, phase: str) -> "_Span":
-        return _Span(self, phase)
+        return _Span(self, phase, "phase")
+
+    def collective(self) -> "_Span":
+        return _Span(self, "", "collective")
+
+    def excluded(self) -> "_Span":
+        return _Span(self, "", "excluded")
+
+    def _phase_of(self) -> str:
+        """The innermost enclosing phase."""
+        for f in reversed(self._stack):
+            if f.kind == "phase":
+                return f.name
+        return "unphased"
+
+    def _close(self, f: _Frame, wall: float, cpu: float) -> None:
+        if self._stack:
+            self._stack[-1].child_cpu += cpu
+        rec = self.steps[-1] if self.steps else None
+        if f.kind == "phase":
+            self.into[f.name] += wall
+            if rec is not None:
+                rec[f.name].cpu += cpu - f.child_cpu
+                rec[f.name].wall += wall
+        elif f.kind == "collective" and rec is not None:
+            t = rec[self._phase_of()]
+            t.coll_wall += wall
+            t.coll_cpu += cpu
+            t.calls += 1
 
 
 class _Span:
-    def __init__(self, timer: Timer, phase: str) -> None:
-        self.timer, self.phase = timer, phase
+    def __init__(self, timer: Timer, name: str, kind: str) -> None:
+        self.timer, self.name, self.kind = timer, name, kind
 
     def __enter__(self) -> None:
-        self.t0 = time.perf_counter()
+        self.timer._stack.append(_Frame(self.name, self.kind, time.perf_counter(),
+                                        time.thread_time()))
 
     def __exit__(self, *exc: object) -> None:
         if self.timer.device.type == "cuda":
             torch.cuda.synchronize(self.timer.device)
-        self.timer.into[self.phase] += time.perf_counter() - self.t0
+        f = self.timer._stack.pop()
+        self.timer._close(f, time.perf_counter() - f.wall0, time.thread_time() - f.cpu0)

@@ -12,26 +12,39 @@ A step, per docs/DESIGN.md:
    rank of local index k), then send each reduced vector to its owner on another host.
 4. loss 0.5*|pooled - target|^2 on the owner; the backward all-to-alls mirror step 3 with the
    pooled gradients; every piece adds up its rows' gradients and applies the optimizer over
-   the sorted unique ids; data-parallel replicas all-reduce their gradient (ring) instead.
+   the sorted unique ids; data-parallel replicas all-reduce their gradients (a ring per
+   bucket of DDP's sizes, buckets.py) instead.
 Every exchange is at the plan's forward/backward communication precision.
+
+Timing (comm.Timer), per step and phase: the thread's own CPU time for compute, the wall
+time of each collective after an untimed barrier; work on host memory (ddr and ssd pieces,
+an hbm_cache's misses and re-admission) is its own phase, cache_miss, as the cost model
+has it.
 """
 
 from collections import defaultdict
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from cost_models.types import CommPrecision
+from cost_models.types import CommPrecision, Tier
 from planner.executor import kernels, quant, synthetic
+from planner.executor.buckets import bucket_assignment
 from planner.executor.comm import Comm, Timer
 from planner.executor.job import RunOptions
 from planner.executor.layout import WIRE_INTS, Chunk, ExecLayout, Piece, TableExec
 from planner.executor.memprobe import MemProbe
-from planner.executor.store import DenseStore, RowStore, make_store, torch_dtype
+from planner.executor.store import (
+    CachedStore,
+    DenseStore,
+    RowStore,
+    make_store,
+    torch_dtype,
+)
 
 
 @dataclass(frozen=True)
@@ -114,6 +127,16 @@ class RankExecutor:
         self.stats: dict[str, PieceStats] = defaultdict(PieceStats)
         self.seconds: dict[str, float] = defaultdict(float)
         self.timer = Timer(device, self.seconds)
+        comm.timer = self.timer
+        for st in self.stores.values():
+            st.host_span = self._host_span
+        # Replicas' gradients in DDP's buckets: ready order (the backward reaches the last
+        # table first), sized in the parameters' dtype as DDP sizes them.
+        ready = sorted(self.replicas, reverse=True)
+        sizes = [lay.tables[ti].rows * lay.tables[ti].dim
+                 * torch.empty((), dtype=torch_dtype(lay.tables[ti].data_type)).element_size()
+                 for ti in ready]
+        self.buckets = [[ready[i] for i in b] for b in bucket_assignment(sizes)]
         self.mem.mark_init()
 
     @contextmanager
@@ -122,6 +145,14 @@ class RankExecutor:
         timer's span)."""
         with self.mem.phase(name), self.timer(name):
             yield
+
+    def _host_span(self) -> AbstractContextManager[None]:
+        return self.timer("cache_miss")
+
+    def _on_host(self, p: Piece) -> AbstractContextManager[None]:
+        """All of a ddr or ssd piece's row traffic is host memory (the model's cache_miss)."""
+        t = self.lay.tables[p.table]
+        return self._host_span() if t.tier in (Tier.DDR, Tier.SSD) else nullcontext()
 
     def _initial(self, t: TableExec, row0: int, rows: int, col0: int, cols: int
                  ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -140,6 +171,7 @@ class RankExecutor:
         """One step; returns this rank's pooled outputs per table, [b, dim] each."""
         lay, me, b = self.lay, self.rank, self.b
         self.comm.step = step
+        self.timer.new_step()
         batches = {t.index: synthetic.id_batch(self.opts.seed, t.index, t.access, t.rows,
                                                t.pooling, step, me, b) for t in lay.tables}
         with self._phase("input_a2a"):
@@ -154,7 +186,8 @@ class RankExecutor:
                 offsets = kernels.bag_offsets(lengths)
                 # In place: the received ids are not read again (no second [ids] buffer).
                 local = ids.sub_(p.row0) if p.row0 else ids
-                pooled[p.key] = self.stores[p.key].pool(local, offsets)
+                with self._on_host(p):
+                    pooled[p.key] = self.stores[p.key].pool(local, offsets)
                 lookups[p.key] = (local, offsets)
             for ti, rep in self.replicas.items():
                 lengths, ids = (torch.from_numpy(a).to(self.device, copy=True)
@@ -177,9 +210,8 @@ class RankExecutor:
             with self._phase("backward"):
                 for p in self.pieces:
                     self._update_piece(p, lookups[p.key], full[p.key], step)
-            with self._phase("allreduce"):
                 dense = {}
-                for ti in self.replicas:
+                for ti in sorted(self.replicas, reverse=True):  # DDP's ready order
                     ids, offsets = lookups[f"dp{ti}"]
                     t = lay.tables[ti]
                     uniq, g = kernels.row_grads_bags(ids, offsets, grads[ti])
@@ -187,14 +219,19 @@ class RankExecutor:
                                             device=self.device)
                     dense[ti][uniq] = g
                     del uniq, g  # not held into the next phases (one piece's at a time)
-                    self.comm.ring_allreduce("allreduce", dense[ti], lay.bwd_precision)
+            with self._phase("allreduce"):
+                for bucket in self.buckets:
+                    self.comm.ring_allreduce("allreduce", [dense[ti] for ti in bucket],
+                                             lay.bwd_precision)
             with self._phase("backward"):
                 for ti, rep in self.replicas.items():
                     rep.update(torch.arange(lay.tables[ti].rows, device=self.device),
                                self._updater(lay.tables[ti], dense[ti], step))
         with self._phase("backward"):
             for st in self.stores.values():
-                st.end_step()
+                # Re-admission and write-back move rows between the cache and host memory.
+                with st.host_span() if isinstance(st, CachedStore) else nullcontext():
+                    st.end_step()
         return outs
 
     def _update_piece(self, p: Piece, lookup: tuple[torch.Tensor, torch.Tensor],
@@ -203,7 +240,8 @@ class RankExecutor:
         are freed before the next piece's (the memory model counts one piece's at a time)."""
         local, offsets = lookup
         uniq, g = kernels.row_grads_bags(local, offsets, grad)
-        self.stores[p.key].update(uniq, self._updater(self.lay.tables[p.table], g, step))
+        with self._on_host(p):
+            self.stores[p.key].update(uniq, self._updater(self.lay.tables[p.table], g, step))
 
     def _updater(self, t: TableExec, g: torch.Tensor, step: int
                  ) -> Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
@@ -397,6 +435,7 @@ class RankExecutor:
         self.comm.reset()
         self.stats.clear()
         self.seconds.clear()
+        self.timer.reset()
         for st in [*self.stores.values(), *self.replicas.values()]:
             st.hits = st.lookups = 0
 

@@ -18,7 +18,69 @@ def _b(x: float) -> str:
     return f"{x:,.0f}"
 
 
-def render(rep: ExecutionReport, out: Console) -> None:
+_MATCH = {True: "same", False: "different", None: "every rank predicted alike"}
+
+
+def _t(x: float | None) -> str:
+    """Seconds in the unit that fits."""
+    if x is None:
+        return "-"
+    for unit, f in (("s", 1.0), ("ms", 1e3), ("µs", 1e6)):
+        if abs(x) * f >= 1.0:
+            return f"{x * f:.3g} {unit}"
+    return f"{x * 1e9:.3g} ns"
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x * 100:+.1f}%"
+
+
+def _abs_pct(x: float | None) -> str:
+    return "-" if x is None else f"{x * 100:.1f}%"
+
+
+def render_compare(rep: ExecutionReport, out: Console) -> None:
+    """`--compare`: per rank and phase, predicted / measured / error, then the plan's line."""
+    c = rep.compare
+    if not c:
+        return
+    plan = c["plan"]
+    style = "" if plan["same_machine"] else "[bold yellow]"
+    out.print(f"{style}{plan['hardware_note']}")
+    phases = [ph for ph in ("input_a2a", "lookup", "cache_miss", "output_a2a_fwd", "backward",
+                            "output_a2a_bwd", "allreduce", "other")
+              if any(ph in r["phases"] for r in c["ranks"])]
+    t = Table(title="seconds per step: predicted / measured (error = predicted/measured - 1); "
+                    "compute: the rank's CPU time, collectives: wall after a barrier, medians "
+                    "over the steps")
+    t.add_column("rank", justify="right")
+    for ph in phases:
+        t.add_column(ph, justify="right")
+    t.add_column("total", justify="right")
+    t.add_column("unmodelled (loss, packing)", justify="right")
+    for r in c["ranks"]:
+        cells = []
+        for ph in phases:
+            v = r["phases"].get(ph)
+            cells.append("-" if v is None else
+                         f"{_t(v['predicted'])} / {_t(v['measured'])} {_pct(v['error'])}")
+        u = r["unmodelled"]
+        t.add_row(str(r["rank"]), *cells,
+                  f"{_t(r['predicted_total'])} / {_t(r['measured_total'])} {_pct(r['error'])}",
+                  f"{_t(u['loss_cpu'])}, {_t(u['packing_cpu'])}")
+    out.print(t)
+    sp = plan["spearman_ranks"]
+    out.print(
+        f"plan: step predicted {_t(plan['predicted_step_s'])}, measured "
+        f"{_t(plan['measured_step_s'])}; mean |error| {_t(plan['mean_abs_error_s'])} "
+        f"({_abs_pct(plan['mean_abs_rel_error'])} relative, median "
+        f"{_abs_pct(plan['median_abs_rel_error'])}); Spearman over ranks "
+        f"{'undefined (ties)' if sp is None else f'{sp:.3f}'}; predicted slowest rank "
+        f"{plan['predicted_slowest']}, measured {plan['measured_slowest']}: "
+        f"{_MATCH[plan['slowest_match']]}")
+
+
+def render(rep: ExecutionReport, out: Console, compare: bool = False) -> None:
     out.print(f"plan {rep.plan_hash[:12]}: {rep.world} ranks on {rep.device}, batch {rep.batch} "
               f"per rank, {rep.steps} measured steps, rows x {rep.scale_rows:g}")
     t = Table(title="bytes per step (measured / predicted)")
@@ -32,17 +94,21 @@ def render(rep: ExecutionReport, out: Console) -> None:
                                     ("input_lengths", "input_ids", "output_fwd",
                                      "output_bwd", "allreduce")])
     out.print(t)
-    t = Table(title="seconds per step (measured here / predicted for the plan's hardware)")
-    t.add_column("rank", justify="right")
-    for _, name in _PHASES:
-        t.add_column(name, justify="right")
-    t.add_column("cache miss (pred.)", justify="right")
-    for r in rep.ranks:
-        m, p = r["seconds_measured"], r["seconds_predicted"]
-        cells = [f"{sum(m.get(x, 0.0) for x in ms):.2e} / {p.get(name, 0.0):.2e}"
-                 for ms, name in _PHASES]
-        t.add_row(str(r["rank"]), *cells, f"{p.get('cache_miss', 0.0):.2e}")
-    out.print(t)
+    if compare:
+        render_compare(rep, out)
+    else:
+        t = Table(title="seconds per step, wall (measured here / predicted for the plan's "
+                        "hardware; --compare for per-rank CPU time and errors)")
+        t.add_column("rank", justify="right")
+        for _, name in _PHASES:
+            t.add_column(name, justify="right")
+        t.add_column("cache miss (pred.)", justify="right")
+        for r in rep.ranks:
+            m, p = r["seconds_measured"], r["seconds_predicted"]
+            cells = [f"{sum(m.get(x, 0.0) for x in ms):.2e} / {p.get(name, 0.0):.2e}"
+                     for ms, name in _PHASES]
+            t.add_row(str(r["rank"]), *cells, f"{p.get('cache_miss', 0.0):.2e}")
+        out.print(t)
     t = Table(title="memory held, bytes (measured / predicted)")
     t.add_column("rank", justify="right")
     for tier in ("hbm", "ddr", "ssd"):

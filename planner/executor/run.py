@@ -80,6 +80,8 @@ class ExecutionReport:
     checks: list[Check] = field(default_factory=list)
     errors: dict[str, dict[str, float]] = field(default_factory=dict)
     warmup_steps: int = 0  # forward-only steps before the measured ones (caches warmed)
+    # Seconds per rank and phase, predicted beside measured (compare.compare).
+    compare: dict[str, Any] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -151,6 +153,9 @@ def collect(run_dir: Path) -> ExecutionReport:
     rep.warmup_steps = opts.warmup_steps or 0
     _compare_model(rep, run, lay, measured)
     _compare_peak(rep, run, measured)
+    from planner.executor.compare import compare
+
+    rep.compare = compare(run, rep.ranks, opts.device)
     if opts.keep_outputs:
         _compare_reference(rep, lay, opts, run_dir)
     return rep
@@ -194,6 +199,8 @@ def _compare_model(rep: ExecutionReport, run: Plan, lay: ExecLayout,
             "seconds_measured": m["seconds"], "seconds_predicted": p.seconds,
             "memory": {k: {"measured": mem[k], "predicted": p.memory[k]} for k in mem},
             "executor_extra_ddr": m["memory"]["extra_ddr"],
+            "timing": m.get("timing", []),  # per measured step and phase (comm.PhaseTime)
+            "buckets": m.get("buckets", []),  # replicas' all-reduce buckets (table indices)
         })
     rep.checks.append(Check("bytes: input all-to-all, bag lengths, per rank", not len_bad,
                             f"differ on ranks {len_bad}" if len_bad else "equal on every rank"))

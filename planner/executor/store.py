@@ -23,6 +23,7 @@ hit rate cache_policy.py predicts. The per-row counts and stamps live in host me
 """
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -59,10 +60,15 @@ def _nbytes(t: torch.Tensor) -> int:
 
 
 class RowStore:
-    """Rows [0, rows) of a piece: weights [rows, cols] and optimizer state [rows, s]."""
+    """Rows [0, rows) of a piece: weights [rows, cols] and optimizer state [rows, s].
+
+    `host_span`, when the rank sets it, times the work on host memory (the cost model's
+    cache_miss term: every access of a ddr or ssd piece, and an hbm_cache's misses, write-backs
+    and re-admission) as a phase of its own inside the lookup and the backward."""
 
     hits: int
     lookups: int
+    host_span: Callable[[], AbstractContextManager[None]] = nullcontext
 
     def read(self, ids: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
@@ -179,7 +185,8 @@ class CachedStore(RowStore):
         hit, slot = self._find(ids)
         ids_h = ids.cpu()
         cached = kernels.pool_bags(self.cw, slot, offsets.to(self.cache_device), hit)
-        missed = kernels.pool_bags(self.w, ids_h, offsets.cpu(), ~hit.cpu())
+        with self.host_span():
+            missed = kernels.pool_bags(self.w, ids_h, offsets.cpu(), ~hit.cpu())
         self._count(ids_h, hit)
         return cached.to(self.device) + missed.to(self.device)
 
@@ -204,20 +211,22 @@ class CachedStore(RowStore):
         s = torch.empty((u.numel(), self.s.shape[1]), dtype=self.s.dtype, device=self.device)
         hd = hit.to(self.device)
         w[hd] = self.cw[slot[hit]].to(self.device, torch.float32)
-        w[~hd] = self.w[u[~hit_h]].to(self.device, torch.float32)
+        with self.host_span():  # the misses' rows, and the state where it stays in DDR
+            w[~hd] = self.w[u[~hit_h]].to(self.device, torch.float32)
+            if self.cs is None:
+                s[:] = self.s[u].to(self.device)
         if self.cs is not None:
             s[hd] = self.cs[slot[hit]].to(self.device)
             s[~hd] = self.s[u[~hit_h]].to(self.device)
-        else:
-            s[:] = self.s[u].to(self.device)
         w, s = fn(w, s)
         self.cw[slot[hit]] = w[hd].to(self.cache_device, self.cw.dtype)
-        self.w[u[~hit_h]] = w[~hd].to("cpu", self.w.dtype)
+        with self.host_span():
+            self.w[u[~hit_h]] = w[~hd].to("cpu", self.w.dtype)
+            if self.cs is None:
+                self.s[u] = s.cpu()
         if self.cs is not None:
             self.cs[slot[hit]] = s[hd].to(self.cache_device)
             self.s[u[~hit_h]] = s[~hd].cpu()
-        else:
-            self.s[u] = s.cpu()
 
     def end_step(self) -> None:
         """The policy's new content: the `slots` best rows among those held and those the

@@ -101,6 +101,8 @@ def run(run_dir: Path, rank: int, world: int, local_rank: int) -> dict:
 
 
 def _measurements(ex: "object", steps: int, device: "object") -> dict:
+    from dataclasses import asdict
+
     from planner.executor.rank import RankExecutor
 
     assert isinstance(ex, RankExecutor)
@@ -112,6 +114,10 @@ def _measurements(ex: "object", steps: int, device: "object") -> dict:
         "device": str(device),
         "steps": steps,
         "seconds": {k: v * per for k, v in ex.seconds.items()},
+        # Per measured step and phase: cpu (the thread's own, nested phases taken out), wall,
+        # coll_wall / coll_cpu (inside the phase's collectives), calls (comm.PhaseTime).
+        "timing": [{ph: asdict(t) for ph, t in rec.items()} for rec in ex.timer.steps],
+        "buckets": ex.buckets,
         "collectives": {k: {"sent": c.sent * per, "recv": c.recv * per}
                         for k, c in ex.comm.counts.items()},
         "pieces": {k: {"ids_bytes": s.ids_bytes * per, "lengths_bytes": s.lengths_bytes * per,

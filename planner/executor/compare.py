@@ -1,0 +1,187 @@
+"""`planner execute --compare`: the plan's predicted seconds per rank and phase beside what the
+ranks measured, with the errors, and for the plan: mean absolute error, Spearman over ranks,
+and whether the predicted slowest rank is the measured slowest.
+
+Measured (comm.Timer, per step; the median over the measured steps):
+- compute phases (lookup, cache_miss, backward): the rank thread's own CPU time, so another
+  rank's load on a shared machine does not count as this rank's work;
+- collective phases (input_a2a, output_a2a_fwd, output_a2a_bwd, allreduce): the wall time
+  inside the collectives, each started after an untimed barrier (the exchange, not the wait
+  for a slower peer). The packing around them (routing ids, encoding, folding partial sums)
+  and the loss are not in the cost model: reported as `unmodelled`, not compared.
+
+Predicted: the plan's per-GPU cost terms (plan_model.CostTerms) of the plan that ran (the
+scaled plan, re-evaluated), mapped onto the executor's phases:
+  input_a2a <- input_a2a_s; lookup <- lookup_s; cache_miss <- cache_miss_s;
+  output_a2a_fwd / output_a2a_bwd <- output_a2a_s split by the model's forward and backward
+  bytes of the rank; backward <- backward_s; allreduce <- allreduce_s;
+  owner_a2a_s (the sample owner's side, which the executor's all-to-alls carry in the same
+  calls) spread over the three all-to-all phases in proportion to their predicted seconds
+  (equally when those are all zero). Any other `*_s` term (a later model's) is shown as
+  `other`, predicted only.
+"""
+
+import math
+import statistics
+from typing import Any
+
+from planner.plan_model import Plan
+
+PHASES = ("input_a2a", "lookup", "cache_miss", "output_a2a_fwd", "backward", "output_a2a_bwd",
+          "allreduce")
+COLLECTIVE_PHASES = ("input_a2a", "output_a2a_fwd", "output_a2a_bwd", "allreduce")
+_A2A = ("input_a2a", "output_a2a_fwd", "output_a2a_bwd")
+_MAPPED_TERMS = {"lookup_s", "backward_s", "cache_miss_s", "input_a2a_s", "output_a2a_s",
+                 "owner_a2a_s", "allreduce_s", "compute_s", "comm_s", "total_s"}
+# Predicted totals this close (relative) are a tie for the slowest rank.
+TIE_REL = 1e-9
+
+
+def measured_phases(timing: list[dict[str, dict[str, float]]]) -> tuple[
+        dict[str, float], dict[str, float]]:
+    """(compared phases, unmodelled work), each the median over steps, in seconds."""
+    def med(values: list[float]) -> float:
+        return statistics.median(values) if values else 0.0
+
+    out = {}
+    for ph in PHASES:
+        key = "coll_wall" if ph in COLLECTIVE_PHASES else "cpu"
+        out[ph] = med([s.get(ph, {}).get(key, 0.0) for s in timing])
+    unmodelled = {"loss_cpu": med([s.get("loss", {}).get("cpu", 0.0) for s in timing]),
+                  "packing_cpu": med([sum(s.get(ph, {}).get("cpu", 0.0)
+                                          for ph in COLLECTIVE_PHASES) for s in timing]),
+                  "step_wall": med([sum(t.get("wall", 0.0) for ph, t in s.items()
+                                        if ph != "cache_miss") for s in timing]),
+                  "collective_calls": med([sum(t.get("calls", 0) for t in s.values())
+                                           for s in timing])}
+    return out, unmodelled
+
+
+def predicted_phases(cost: dict[str, float], fwd_bytes: float, bwd_bytes: float
+                     ) -> dict[str, float]:
+    """The plan's cost terms of one GPU on the executor's phases (module docstring)."""
+    out_a2a = cost.get("output_a2a_s", 0.0)
+    both = fwd_bytes + bwd_bytes
+    f = fwd_bytes / both if both > 0 else 0.5
+    p = {"input_a2a": cost.get("input_a2a_s", 0.0), "lookup": cost.get("lookup_s", 0.0),
+         "cache_miss": cost.get("cache_miss_s", 0.0), "output_a2a_fwd": out_a2a * f,
+         "backward": cost.get("backward_s", 0.0), "output_a2a_bwd": out_a2a * (1 - f),
+         "allreduce": cost.get("allreduce_s", 0.0)}
+    owner = cost.get("owner_a2a_s", 0.0)
+    if owner:
+        side = sum(p[k] for k in _A2A)
+        for k in _A2A:
+            p[k] += owner * (p[k] / side if side > 0 else 1 / len(_A2A))
+    other = sum(v for k, v in cost.items() if k.endswith("_s") and k not in _MAPPED_TERMS)
+    if other:
+        p["other"] = other
+    return p
+
+
+def spearman(x: list[float], y: list[float]) -> float | None:
+    """Spearman's rank correlation with average ranks for ties; None when either side is
+    constant or has fewer than 2 values (undefined)."""
+    if len(x) < 2 or len(x) != len(y):
+        return None
+
+    def ranks(v: list[float]) -> list[float]:
+        order = sorted(range(len(v)), key=lambda i: v[i])
+        r = [0.0] * len(v)
+        i = 0
+        while i < len(v):
+            j = i
+            while j + 1 < len(v) and v[order[j + 1]] == v[order[i]]:
+                j += 1
+            for k in range(i, j + 1):
+                r[order[k]] = (i + j) / 2
+            i = j + 1
+        return r
+
+    rx, ry = ranks(x), ranks(y)
+    mx, my = statistics.fmean(rx), statistics.fmean(ry)
+    sxy = sum((a - mx) * (b - my) for a, b in zip(rx, ry, strict=True))
+    sxx = sum((a - mx) ** 2 for a in rx)
+    syy = sum((b - my) ** 2 for b in ry)
+    if sxx == 0 or syy == 0:
+        return None
+    return sxy / math.sqrt(sxx * syy)
+
+
+def hardware_note(plan: Plan, device: str) -> tuple[bool, str]:
+    """(whether the prediction is for the machine measured, a sentence saying so). A plan's
+    figures are for the hardware of its request: a bundled GPU preset measured on this CPU
+    is not the machine predicted, and its ratios mean nothing until calibration."""
+    from planner.presets import preset_names
+
+    hw = plan.request.hardware
+    text = " ".join([hw.name, hw.description, *hw.sources, hw.gpu.name]).lower()
+    calibrated = "calibrat" in text
+    gpu_name = hw.gpu.name
+    on_cpu = not device.startswith("cuda")
+    if hw.name in preset_names() and not calibrated:
+        return False, (f"predicted for the preset '{hw.name}' ({gpu_name}), measured on "
+                       f"{device}: the machine measured is not the one predicted, so the "
+                       f"ratios are meaningless until the plan is made with a profile "
+                       f"calibrated on this machine (planner calibrate, then planner plan "
+                       f"--hardware profile.json)")
+    if on_cpu and not calibrated and "cpu" not in gpu_name.lower():
+        return False, (f"predicted for '{hw.name}' ({gpu_name}), measured on {device}: not "
+                       f"a profile of this CPU, so the ratios are not a test of the model")
+    return True, f"predicted for '{hw.name}' ({gpu_name}), measured on {device}"
+
+
+def compare(plan: Plan, ranks: list[dict[str, Any]], device: str) -> dict[str, Any]:
+    """Per rank and phase: predicted, measured, error = (predicted - measured) / measured
+    (None where nothing was measured); for the plan: the errors' summaries, Spearman over
+    ranks of the totals, the slowest ranks. `ranks`: ExecutionReport.ranks (with timing)."""
+    gpus = {g.rank: g for g in plan.gpus}
+    rows = []
+    for r in ranks:
+        g = gpus[r["rank"]]
+        cost = g.cost.model_dump()
+        pred = predicted_phases(cost, r["bytes"]["output_fwd"]["predicted"],
+                                r["bytes"]["output_bwd"]["predicted"])
+        meas, unmodelled = measured_phases(r.get("timing") or [])
+        phases = {}
+        for ph in (*PHASES, *(k for k in pred if k not in PHASES)):
+            p, m = pred.get(ph, 0.0), meas.get(ph) if ph in PHASES else None
+            if p == 0.0 and not m:
+                continue
+            err = (p - m) / m if m else None
+            phases[ph] = {"predicted": p, "measured": m, "error": err}
+        rows.append({"rank": r["rank"], "phases": phases,
+                     "predicted_total": sum(pred.values()),
+                     "predicted_step_s": g.cost.total_s,  # max(compute, comm) when pipelined
+                     "measured_total": sum(meas.values()),
+                     "unmodelled": unmodelled})
+    for row in rows:
+        m = row["measured_total"]
+        row["error"] = (row["predicted_total"] - m) / m if m else None
+    pairs = [v for row in rows for v in row["phases"].values() if v["measured"] is not None]
+    rel = [abs(v["error"]) for v in pairs if v["error"] is not None]
+    pt = [row["predicted_total"] for row in rows]
+    mt = [row["measured_total"] for row in rows]
+    top = max(pt) if pt else 0.0
+    pred_slowest = [row["rank"] for row in rows
+                    if row["predicted_total"] >= top * (1 - TIE_REL)]
+    meas_slowest = max(rows, key=lambda row: row["measured_total"])["rank"] if rows else None
+    # Every rank predicted alike (a balanced plan): no predicted slowest rank to test.
+    match = None if len(pred_slowest) == len(rows) else meas_slowest in pred_slowest
+    same_machine, note = hardware_note(plan, device)
+    return {
+        "ranks": rows,
+        "plan": {
+            "mean_abs_error_s": statistics.fmean([abs(v["predicted"] - v["measured"])
+                                                  for v in pairs]) if pairs else None,
+            "mean_abs_rel_error": statistics.fmean(rel) if rel else None,
+            "median_abs_rel_error": statistics.median(rel) if rel else None,
+            "spearman_ranks": spearman(pt, mt),
+            "predicted_step_s": max((row["predicted_step_s"] for row in rows), default=0.0),
+            "measured_step_s": max(mt, default=0.0),
+            "predicted_slowest": pred_slowest,
+            "measured_slowest": meas_slowest,
+            "slowest_match": match,
+            "same_machine": same_machine,
+            "hardware_note": note,
+        },
+    }
