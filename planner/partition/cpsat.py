@@ -38,7 +38,11 @@ _SLOWEST, _LEAST, _RANDOM = 3, 6, 3
 _MAX_FREE_TABLES = 120
 _MAX_ROUND_VARS = 20_000  # variables of one re-pack model
 _ROUND_BUDGET = 0.5  # deterministic seconds per re-pack round
-_PATIENCE = 6  # rounds without improvement before the re-pack stops
+# Rounds without improvement before the re-pack stops: at least _PATIENCE, and more with a
+# larger budget (a budget is there to be used), never fewer, so that a larger budget runs
+# the smaller one's rounds first and then more (see repack).
+_PATIENCE = 6
+_PATIENCE_PER_DET_S = 4
 _REL_EPS = 1e-9
 
 
@@ -188,7 +192,13 @@ def repack(problem: Problem, cands: list[list[Candidate]], start: Assignment,
            budget: float, seed: int, progress: ProgressFn | None = None) -> SolveResult:
     """Large-neighbourhood search: re-solve a few GPUs at a time with CP-SAT, letting the
     tables that live only on them change their sharding too; keep a round only when it
-    lowers the slowest GPU of its neighbourhood."""
+    lowers the slowest GPU of its neighbourhood.
+
+    Every round gets the same deterministic budget and its own seed, and a round runs only
+    when its whole budget is left (a budget under one round's runs none), so the rounds of a
+    smaller budget are a prefix of a larger one's (patience grows with the budget too): more
+    budget never gives a worse plan.
+    """
     hw = problem.hw
     rng = np.random.default_rng(seed)
     choices = list(start.choices)
@@ -196,7 +206,12 @@ def repack(problem: Problem, cands: list[list[Candidate]], start: Assignment,
     current = float(state.load().max())
     history: list[Progress] = []
     spent, rounds, idle, improved = 0.0, 0, 0, 0
-    while spent < budget and idle < _PATIENCE and hw.world_size > 1:
+    patience = max(_PATIENCE, int(budget * _PATIENCE_PER_DET_S))
+    # A round starts only when its whole budget is left, and each is charged the
+    # deterministic time it used, so the sequence of rounds depends on the budget only
+    # through where it ends.
+    while (spent + _ROUND_BUDGET <= budget * (1 + _REL_EPS) and idle < patience
+           and hw.world_size > 1):
         rounds += 1
         scope = _neighbourhood(state, rng)
         free = _free_tables(choices, cands, scope, state)
@@ -211,7 +226,7 @@ def repack(problem: Problem, cands: list[list[Candidate]], start: Assignment,
         unit = max(local_before, 1e-12) / _UNITS_PER_MAKESPAN
         model = PartitionModel(problem, cands, free, scope, base, unit, allow_world=False)
         model.hint({t: choices[t] for t in free})
-        solver = solver_params(min(_ROUND_BUDGET, budget - spent), seed + rounds)
+        solver = solver_params(_ROUND_BUDGET, seed + rounds)
         status = solver.solve(model.model)
         spent += solver.deterministic_time
         if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
