@@ -206,6 +206,9 @@ class Comm:
                 for i, x in enumerate(xs):
                     r = rows_of(i, recv_c)
                     x[r] = quant.decode(got[i], r.stop - r.start, x.shape[1], precision)
+                # The views keep `buf` referenced (their _base): dropped before it is sent on,
+                # or _settle would wait SETTLE_S for a reference that never goes.
+                del got
 
 
 def chunk_bounds(rows: int, world: int) -> list[int]:
