@@ -1,7 +1,9 @@
 """A job plans once: under torchrun (rank 0 broadcasts) and through the file-locked cache."""
 
+import contextlib
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -19,6 +21,13 @@ def _results(out: Path, n: int) -> list[dict[str, object]]:
     return got
 
 
+def _kill_group(proc: subprocess.Popen[str]) -> None:
+    """Nothing left running: the process and everything in its session."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -34,12 +43,18 @@ def _env() -> dict[str, str]:
 @pytest.mark.timeout(240)
 def test_torchrun_four_ranks_plan_once(tmp_path: Path) -> None:
     pytest.importorskip("torch.distributed")
-    proc = subprocess.run(
+    # A session of its own, so a timeout kills torchrun and every rank it started.
+    proc = subprocess.Popen(
         [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "4",
          "--master-addr", "127.0.0.1", "--master-port", str(_free_port()), "--module", WORKER,
          str(tmp_path), "dist"],
-        cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=200)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+        cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True)
+    try:
+        _, err = proc.communicate(timeout=200)
+    finally:
+        _kill_group(proc)
+    assert proc.returncode == 0, err[-3000:]
     got = _results(tmp_path, 4)
     assert sum(bool(g["planned"]) for g in got) == 1
     assert got[0]["planned"] and all(g["source"] == "broadcast from rank 0" for g in got[1:])
@@ -49,11 +64,16 @@ def test_torchrun_four_ranks_plan_once(tmp_path: Path) -> None:
 @pytest.mark.timeout(240)
 def test_file_cache_four_processes_plan_once(tmp_path: Path) -> None:
     procs = [subprocess.Popen([sys.executable, "-m", WORKER, str(tmp_path), "file", str(r)],
-                              cwd=ROOT, env=_env(), stderr=subprocess.PIPE, text=True)
+                              cwd=ROOT, env=_env(), stderr=subprocess.PIPE, text=True,
+                              start_new_session=True)
              for r in range(4)]
-    for p in procs:
-        _, err = p.communicate(timeout=200)
-        assert p.returncode == 0, err[-3000:]
+    try:
+        for p in procs:
+            _, err = p.communicate(timeout=200)
+            assert p.returncode == 0, err[-3000:]
+    finally:
+        for p in procs:
+            _kill_group(p)
     got = _results(tmp_path, 4)
     assert sum(bool(g["planned"]) for g in got) == 1
     assert len({g["hash"] for g in got}) == 1
