@@ -24,6 +24,11 @@ class Policy(StrEnum):
     lru = "lru"
 
 
+class Clock(StrEnum):
+    wall = "wall"
+    cpu = "cpu"
+
+
 class Format(StrEnum):
     table = "table"
     json = "json"
@@ -78,6 +83,10 @@ def register(app: typer.Typer) -> None:
                               "measured ones (compute: the rank's CPU time; collectives: "
                               "wall time after a barrier; medians over the steps), the "
                               "errors, Spearman over ranks and the slowest rank")] = False,
+        collective_clock: Annotated[Clock, typer.Option(
+            help="with --compare, collectives in wall time after a barrier, or in the rank "
+                 "process's CPU time (gloo's threads included: steadier on a shared "
+                 "machine)")] = Clock.wall,
         eps: Annotated[float, typer.Option(
             help="epsilon of the Adagrad, row-wise Adagrad and Adam updates")] = 1e-8,
         fault: Annotated[str | None, typer.Option(
@@ -140,6 +149,7 @@ def register(app: typer.Typer) -> None:
         else:
             from planner.executor.report import render
 
-            render(rep, Console(soft_wrap=False, width=160), compare=compare)
+            render(rep, Console(soft_wrap=False, width=160), compare=compare,
+                   cpu_clock=collective_clock is Clock.cpu)
         if not rep.ok:
             raise typer.Exit(EXIT_CHECK_FAILED)

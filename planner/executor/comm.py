@@ -222,12 +222,15 @@ class PhaseTime:
     on a shared machine, as long as the rank runs one thread (worker.py sets
     torch.set_num_threads(1)). `coll_wall` is the wall time inside the phase's collectives,
     each started after an untimed barrier, so that it holds the transfer and not the wait
-    for a slower peer; `coll_cpu` the thread's CPU time inside them."""
+    for a slower peer; `coll_cpu` the thread's CPU time inside them; `coll_proc_cpu` the whole
+    process's (gloo's worker threads do the transfer: on loopback, user and kernel CPU time
+    of the copies and system calls, without the wait for peers to be scheduled)."""
 
     cpu: float = 0.0
     wall: float = 0.0  # the whole phase, nested spans included
     coll_wall: float = 0.0
     coll_cpu: float = 0.0
+    coll_proc_cpu: float = 0.0
     calls: int = 0  # collective calls (a ring all-reduce of one bucket is one call)
 
 
@@ -237,6 +240,7 @@ class _Frame:
     kind: str  # "phase", "collective" or "excluded"
     wall0: float
     cpu0: float
+    proc0: float
     child_cpu: float = 0.0
 
 
@@ -274,7 +278,7 @@ class Timer:
                 return f.name
         return "unphased"
 
-    def _close(self, f: _Frame, wall: float, cpu: float) -> None:
+    def _close(self, f: _Frame, wall: float, cpu: float, proc: float) -> None:
         if self._stack:
             self._stack[-1].child_cpu += cpu
         rec = self.steps[-1] if self.steps else None
@@ -287,6 +291,7 @@ class Timer:
             t = rec[self._phase_of()]
             t.coll_wall += wall
             t.coll_cpu += cpu
+            t.coll_proc_cpu += proc
             t.calls += 1
 
 
@@ -296,10 +301,11 @@ class _Span:
 
     def __enter__(self) -> None:
         self.timer._stack.append(_Frame(self.name, self.kind, time.perf_counter(),
-                                        time.thread_time()))
+                                        time.thread_time(), time.process_time()))
 
     def __exit__(self, *exc: object) -> None:
         if self.timer.device.type == "cuda":
             torch.cuda.synchronize(self.timer.device)
         f = self.timer._stack.pop()
-        self.timer._close(f, time.perf_counter() - f.wall0, time.thread_time() - f.cpu0)
+        self.timer._close(f, time.perf_counter() - f.wall0, time.thread_time() - f.cpu0,
+                          time.process_time() - f.proc0)

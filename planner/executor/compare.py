@@ -7,8 +7,10 @@ Measured (comm.Timer, per step; the median over the measured steps):
   rank's load on a shared machine does not count as this rank's work;
 - collective phases (input_a2a, output_a2a_fwd, output_a2a_bwd, allreduce): the wall time
   inside the collectives, each started after an untimed barrier (the exchange, not the wait
-  for a slower peer). The packing around them (routing ids, encoding, folding partial sums)
-  and the loss are not in the cost model: reported as `unmodelled`, not compared.
+  for a slower peer); or, with collective_clock="cpu", the rank process's CPU time inside
+  them (gloo's threads included), which the machine's other load does not stretch. The
+  packing around them (routing ids, encoding, folding partial sums) and the loss are not in
+  the cost model: reported as `unmodelled`, not compared.
 
 Predicted: the plan's per-GPU cost terms (plan_model.CostTerms) of the plan that ran (the
 scaled plan, re-evaluated), mapped onto the executor's phases:
@@ -37,15 +39,21 @@ _MAPPED_TERMS = {"lookup_s", "backward_s", "cache_miss_s", "input_a2a_s", "outpu
 TIE_REL = 1e-9
 
 
-def measured_phases(timing: list[dict[str, dict[str, float]]]) -> tuple[
-        dict[str, float], dict[str, float]]:
+# How a collective phase is measured: "wall" (after a barrier) or "cpu" (the rank process's
+# CPU time inside the collective, gloo's threads included: the exchange's own work, which
+# other processes' load does not stretch; on a shared machine the steadier of the two).
+COLLECTIVE_CLOCKS = {"wall": "coll_wall", "cpu": "coll_proc_cpu"}
+
+
+def measured_phases(timing: list[dict[str, dict[str, float]]], collective_clock: str = "wall"
+                    ) -> tuple[dict[str, float], dict[str, float]]:
     """(compared phases, unmodelled work), each the median over steps, in seconds."""
     def med(values: list[float]) -> float:
         return statistics.median(values) if values else 0.0
 
     out = {}
     for ph in PHASES:
-        key = "coll_wall" if ph in COLLECTIVE_PHASES else "cpu"
+        key = COLLECTIVE_CLOCKS[collective_clock] if ph in COLLECTIVE_PHASES else "cpu"
         out[ph] = med([s.get(ph, {}).get(key, 0.0) for s in timing])
     unmodelled = {"loss_cpu": med([s.get("loss", {}).get("cpu", 0.0) for s in timing]),
                   "packing_cpu": med([sum(s.get(ph, {}).get("cpu", 0.0)
@@ -130,7 +138,8 @@ def hardware_note(plan: Plan, device: str) -> tuple[bool, str]:
     return True, f"predicted for '{hw.name}' ({gpu_name}), measured on {device}"
 
 
-def compare(plan: Plan, ranks: list[dict[str, Any]], device: str) -> dict[str, Any]:
+def compare(plan: Plan, ranks: list[dict[str, Any]], device: str,
+            collective_clock: str = "wall") -> dict[str, Any]:
     """Per rank and phase: predicted, measured, error = (predicted - measured) / measured
     (None where nothing was measured); for the plan: the errors' summaries, Spearman over
     ranks of the totals, the slowest ranks. `ranks`: ExecutionReport.ranks (with timing)."""
@@ -141,7 +150,7 @@ def compare(plan: Plan, ranks: list[dict[str, Any]], device: str) -> dict[str, A
         cost = g.cost.model_dump()
         pred = predicted_phases(cost, r["bytes"]["output_fwd"]["predicted"],
                                 r["bytes"]["output_bwd"]["predicted"])
-        meas, unmodelled = measured_phases(r.get("timing") or [])
+        meas, unmodelled = measured_phases(r.get("timing") or [], collective_clock)
         phases = {}
         for ph in (*PHASES, *(k for k in pred if k not in PHASES)):
             p, m = pred.get(ph, 0.0), meas.get(ph) if ph in PHASES else None
@@ -183,5 +192,6 @@ def compare(plan: Plan, ranks: list[dict[str, Any]], device: str) -> dict[str, A
             "slowest_match": match,
             "same_machine": same_machine,
             "hardware_note": note,
+            "collective_clock": collective_clock,
         },
     }

@@ -39,9 +39,9 @@ def _abs_pct(x: float | None) -> str:
     return "-" if x is None else f"{x * 100:.1f}%"
 
 
-def render_compare(rep: ExecutionReport, out: Console) -> None:
+def render_compare(rep: ExecutionReport, out: Console, cpu_clock: bool = False) -> None:
     """`--compare`: per rank and phase, predicted / measured / error, then the plan's line."""
-    c = rep.compare
+    c = rep.compare_cpu if cpu_clock else rep.compare
     if not c:
         return
     plan = c["plan"]
@@ -51,8 +51,9 @@ def render_compare(rep: ExecutionReport, out: Console) -> None:
                             "output_a2a_bwd", "allreduce", "other")
               if any(ph in r["phases"] for r in c["ranks"])]
     t = Table(title="seconds per step: predicted / measured (error = predicted/measured - 1); "
-                    "compute: the rank's CPU time, collectives: wall after a barrier, medians "
-                    "over the steps")
+                    "compute: the rank's CPU time, collectives: "
+                    f"{'the process CPU time' if cpu_clock else 'wall after a barrier'}, "
+                    "medians over the steps")
     t.add_column("rank", justify="right")
     for ph in phases:
         t.add_column(ph, justify="right")
@@ -80,7 +81,8 @@ def render_compare(rep: ExecutionReport, out: Console) -> None:
         f"{_MATCH[plan['slowest_match']]}")
 
 
-def render(rep: ExecutionReport, out: Console, compare: bool = False) -> None:
+def render(rep: ExecutionReport, out: Console, compare: bool = False,
+           cpu_clock: bool = False) -> None:
     out.print(f"plan {rep.plan_hash[:12]}: {rep.world} ranks on {rep.device}, batch {rep.batch} "
               f"per rank, {rep.steps} measured steps, rows x {rep.scale_rows:g}")
     t = Table(title="bytes per step (measured / predicted)")
@@ -95,7 +97,7 @@ def render(rep: ExecutionReport, out: Console, compare: bool = False) -> None:
                                      "output_bwd", "allreduce")])
     out.print(t)
     if compare:
-        render_compare(rep, out)
+        render_compare(rep, out, cpu_clock)
     else:
         t = Table(title="seconds per step, wall (measured here / predicted for the plan's "
                         "hardware; --compare for per-rank CPU time and errors)")

@@ -80,8 +80,10 @@ class ExecutionReport:
     checks: list[Check] = field(default_factory=list)
     errors: dict[str, dict[str, float]] = field(default_factory=dict)
     warmup_steps: int = 0  # forward-only steps before the measured ones (caches warmed)
-    # Seconds per rank and phase, predicted beside measured (compare.compare).
+    # Seconds per rank and phase, predicted beside measured (compare.compare): collectives
+    # in wall time after a barrier; in compare_cpu, in the rank process's CPU time.
     compare: dict[str, Any] = field(default_factory=dict)
+    compare_cpu: dict[str, Any] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -156,6 +158,7 @@ def collect(run_dir: Path) -> ExecutionReport:
     from planner.executor.compare import compare
 
     rep.compare = compare(run, rep.ranks, opts.device)
+    rep.compare_cpu = compare(run, rep.ranks, opts.device, collective_clock="cpu")
     if opts.keep_outputs:
         _compare_reference(rep, lay, opts, run_dir)
     return rep

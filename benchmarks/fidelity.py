@@ -1,0 +1,316 @@
+"""Fidelity of the cost model: predicted against measured step time, per plan, rank and phase.
+
+Plans of bundled fixtures (different solvers, host counts, and sharding types and tiers forced
+by table constraints), planned at full size on a hardware profile with the plan's hosts x
+GPUs, then run by `planner execute` scaled down (fewer rows, a smaller batch, same pieces)
+on CPU ranks (gloo) of this machine, measured as `planner execute --compare` measures
+(planner/executor/compare.py): per rank and phase, compute as the rank thread's own CPU time
+(one thread per rank), collectives as wall time after an untimed barrier, medians over the
+measured steps. For each plan: predicted and measured step time (the slowest rank's sum over
+the compared phases), the per-rank/phase errors, Spearman over ranks, and whether the
+predicted slowest rank is the measured slowest; across plans: Spearman between predicted and
+measured step time, the median |error| per rank and phase, the fraction of plans whose
+predicted slowest rank is the measured slowest. The whole set runs twice: Spearman between
+the two runs' measured step times says whether the ranking is stable.
+
+Before calibration: plans predicted on the h100 preset (GPU figures against a CPU: the
+errors are the distance between the two machines, only the rankings mean anything). After
+calibration: when `planner calibrate` exists, it is run on this machine first (its own
+microbenchmarks, never these plans) and every plan is made again with `--hardware` that
+profile; otherwise the results say "not available".
+
+Usage (from the repo root):
+    PYTHONPATH=. python -m benchmarks.fidelity [--only NAME ...] [--runs 2]
+"""
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks import RESULTS, write_results
+from planner.executor.compare import PHASES, spearman
+from planner.executor.job import RunOptions
+from planner.executor.run import execute
+from planner.plan_model import Plan
+from planner.planning import plan
+from planner.presets import preset_dict
+
+COMMAND = "PYTHONPATH=. python -m benchmarks.fidelity"
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "models"
+# The plans scored, kept: CP-SAT may place a table elsewhere on another machine, so the
+# figures are tied to these files (delete one to plan it again).
+PLAN_DIR = RESULTS / "fidelity_plans"
+STEPS = 7  # measured steps per run: the median over them is what is compared
+MAX_WARMUP = 40  # forward-only steps at most (warmup.py sizes them for the caches)
+
+
+# name: (fixture, hosts, GPUs per host, solver, forced constraint, tables it applies to
+#        (the k largest; negative: the |k| smallest), scale_rows, batch per rank)
+PLANS: dict[str, tuple[str, int, int, str, dict[str, Any] | None, int, float, int]] = {
+    "kaggle_1x2_greedy": ("criteo_kaggle", 1, 2, "greedy", None, 0, 0.001, 256),
+    "kaggle_2x2_auto": ("criteo_kaggle", 2, 2, "auto", None, 0, 0.001, 256),
+    "kaggle_1x4_dp": ("criteo_kaggle", 1, 4, "greedy",
+                      {"sharding_types": ["data_parallel"]}, -10, 0.001, 256),
+    "kaggle_2x2_rw": ("criteo_kaggle", 2, 2, "greedy",
+                      {"sharding_types": ["row_wise"]}, 3, 0.001, 256),
+    "rm3_1x2_greedy": ("deeprecsys_rm3", 1, 2, "greedy", None, 0, 0.002, 64),
+    "rm3_2x2_ilp": ("deeprecsys_rm3", 2, 2, "ilp", None, 0, 0.002, 64),
+    "rm3_1x4_cache": ("deeprecsys_rm3", 1, 4, "greedy",
+                      {"memory_tiers": ["hbm_cache"]}, 3, 0.002, 64),
+    "rm3_2x2_twrw": ("deeprecsys_rm3", 2, 2, "greedy",
+                     {"sharding_types": ["table_row_wise"]}, 2, 0.002, 64),
+    "dcnv2_2x2_cw": ("criteo_dcnv2", 2, 2, "greedy",
+                     {"sharding_types": ["column_wise"]}, 4, 0.0002, 32),
+    "dcnv2_1x4_auto": ("criteo_dcnv2", 1, 4, "auto", None, 0, 0.0002, 32),
+    "dcnv2_2x2_ddr": ("criteo_dcnv2", 2, 2, "greedy", {"memory_tiers": ["ddr"]}, 2,
+                      0.0002, 32),
+    "rm1_1x4_greedy": ("deeprecsys_rm1", 1, 4, "greedy", None, 0, 0.001, 32),
+    "rm1_2x2_ssd": ("deeprecsys_rm1", 2, 2, "greedy", {"memory_tiers": ["ssd"]}, 2,
+                    0.001, 32),
+    "rm1_1x2_auto": ("deeprecsys_rm1", 1, 2, "auto", None, 0, 0.001, 32),
+}
+
+
+def request(name: str, hardware: dict[str, Any]) -> dict[str, Any]:
+    fixture, hosts, gpus, solver, force, k, _, _ = PLANS[name]
+    model = json.loads((FIXTURES / f"{fixture}.json").read_text())
+    for key in ("description", "provenance", "notes"):
+        model.pop(key, None)
+    if force:
+        by_rows = sorted(model["tables"], key=lambda t: t["num_embeddings"], reverse=k > 0)
+        for t in by_rows[:abs(k)]:
+            t["constraints"] = {**t.get("constraints", {}), **force}
+    hw = json.loads(json.dumps(hardware))
+    hw.update(hosts=hosts, gpus_per_host=gpus)
+    return {"model": model, "hardware": hw,
+            "options": {"solver": solver, "time_limit_s": 1.0}}
+
+
+def plan_for(name: str, hardware: dict[str, Any], tag: str) -> tuple[Plan, Path]:
+    path = PLAN_DIR / tag / f"{name}.plan.json"
+    if path.exists():
+        return Plan.model_validate_json(path.read_text()), path
+    p = plan(request(name, hardware))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(p.model_dump_json(indent=1) + "\n")
+    return p, path
+
+
+def run_plan(name: str, p: Plan) -> dict[str, Any]:
+    _, _, _, _, _, _, scale, batch = PLANS[name]
+    from planner.executor.scale import scaled_plan
+    from planner.executor.warmup import warmup_steps
+
+    warm = min(MAX_WARMUP, warmup_steps(scaled_plan(p, scale, batch)))
+    t0 = time.perf_counter()
+    rep = execute(p, RunOptions(steps=STEPS, warmup_steps=warm, collective_timeout_s=300),
+                  scale_rows=scale, batch=batch, timeout_s=900, reference=False)
+    hit = next((ch for ch in rep.checks if ch.name.startswith("cache hit rate")), None)
+    return {"run_s": time.perf_counter() - t0, "warmup_steps": warm,
+            "by_clock": {"wall": rep.compare, "cpu": rep.compare_cpu},
+            "hit_rate_check": None if hit is None else {"ok": hit.ok, "detail": hit.detail},
+            "checks_failed": [ch.name for ch in rep.checks if not ch.ok]}
+
+
+CLOCKS = ("wall", "cpu")  # how collectives are measured (compare.COLLECTIVE_CLOCKS)
+
+
+def summarize(all_plans: dict[str, dict[str, Any]], clock: str) -> dict[str, Any]:
+    """Across plans: Spearman of step times, median |error| per rank and phase, slowest."""
+    plans = {n: {**r["by_clock"][clock], "hit_rate_check": r["hit_rate_check"]}
+             for n, r in all_plans.items()}
+    names = sorted(plans)
+    pred = [plans[n]["plan"]["predicted_step_s"] for n in names]
+    meas = [plans[n]["plan"]["measured_step_s"] for n in names]
+    errs: dict[str, list[float]] = {ph: [] for ph in PHASES}
+    for n in names:
+        for r in plans[n]["ranks"]:
+            for ph, v in r["phases"].items():
+                if ph in errs and v["error"] is not None:
+                    errs[ph].append(abs(v["error"]))
+    every = [e for v in errs.values() for e in v]
+    decided = [1.0 if plans[n]["plan"]["slowest_match"] else 0.0 for n in names
+               if plans[n]["plan"]["slowest_match"] is not None]
+    return {
+        "spearman_step": spearman(pred, meas),
+        "median_abs_error": statistics.median(every) if every else None,
+        "median_abs_error_by_phase": {ph: statistics.median(v) if v else None
+                                      for ph, v in errs.items()},
+        # Over the plans that predict a slowest rank (not every rank alike).
+        "slowest_match_fraction": statistics.fmean(decided) if decided else None,
+        "slowest_undecided": len(names) - len(decided),
+        "hit_rate_checks_passed": sum(1 for n in names if (plans[n]["hit_rate_check"] or {})
+                                      .get("ok", True)),
+        "plans": len(names),
+    }
+
+
+def calibrate_available() -> bool:
+    exe = shutil.which("planner")
+    if exe is None:
+        return False
+    return subprocess.run([exe, "calibrate", "--help"], capture_output=True).returncode == 0
+
+
+def calibrated_hardware() -> dict[str, Any] | None:
+    """`planner calibrate` on this machine (its microbenchmarks, not the plans scored), as a
+    hardware spec; None when the command does not exist."""
+    if not calibrate_available():
+        return None
+    out = RESULTS / "fidelity_profile.json"
+    if not out.exists():
+        subprocess.run(["planner", "calibrate", "--device", "cpu", "--world-size", "4", "-o",
+                        str(out)], check=True)
+    return json.loads(out.read_text())
+
+
+def run_set(hardware: dict[str, Any], tag: str, names: list[str], runs: int
+            ) -> dict[str, Any]:
+    plans = {n: plan_for(n, hardware, tag) for n in names}
+    out: dict[str, Any] = {"runs": []}
+    for i in range(runs):
+        res = {}
+        for n in names:
+            p, path = plans[n]
+            r = run_plan(n, p)
+            r.update(plan_file=str(path.relative_to(RESULTS.parent.parent)),
+                     plan_hash=p.plan_hash,
+                     kinds=sorted({f"{t.sharding_type.value}/{t.tier.value}"
+                                   for t in p.tables}),
+                     solver=PLANS[n][3], hosts=PLANS[n][1], gpus_per_host=PLANS[n][2],
+                     scale_rows=PLANS[n][6], batch=PLANS[n][7], fixture=PLANS[n][0])
+            res[n] = r
+            pw, pc = (r["by_clock"][c]["plan"] for c in CLOCKS)
+            print(f"[{tag} run {i + 1}] {n}: predicted {pw['predicted_step_s']:.3g} s, "
+                  f"measured {pw['measured_step_s']:.3g} s (collectives in CPU time: "
+                  f"{pc['measured_step_s']:.3g} s), slowest "
+                  f"{ {True: 'match', False: 'differ', None: 'tie'}[pw['slowest_match']]} "
+                  f"({r['run_s']:.1f} s)", flush=True)
+        out["runs"].append({"plans": res,
+                            "summary": {c: summarize(res, c) for c in CLOCKS}})
+    if runs >= 2:
+        a, b = (out["runs"][k]["plans"] for k in (0, 1))
+        out["stability"] = {}
+        for c in CLOCKS:
+            def step(r: dict[str, Any], n: str, c: str = c) -> float:
+                return float(r[n]["by_clock"][c]["plan"]["measured_step_s"])
+
+            out["stability"][c] = {
+                "spearman": spearman([step(a, n) for n in names], [step(b, n) for n in names]),
+                "same_order": sorted(names, key=lambda n: step(a, n))
+                == sorted(names, key=lambda n: step(b, n))}
+    return out
+
+
+def _f(x: float | None, pct: bool = False) -> str:
+    if x is None:
+        return "-"
+    return f"{x * 100:.1f}%" if pct else f"{x:.3g}"
+
+
+def markdown(body: dict[str, Any]) -> str:
+    lines = [
+        "# Fidelity: predicted against measured step time", "",
+        f"Command: `{body['command']}`. Machine: {body['machine']}; load average "
+        f"{body['load_before']} before, {body['load_after']} after; {body['seconds']:.0f} s.",
+        "",
+        "Measured as `planner execute --compare` does (README, Executor): per rank and "
+        "phase, compute as the rank thread's own CPU time (one thread per rank), "
+        "collectives as wall time after an untimed barrier, medians over "
+        f"{STEPS} measured steps; a plan's step time is its slowest rank's sum over the "
+        "compared phases. Error = predicted / measured - 1.", ""]
+    for tag, title in (("preset", "Before calibration (h100 preset)"),
+                       ("calibrated", "After calibration")):
+        sec = body.get(tag)
+        lines += [f"## {title}", ""]
+        if sec is None:
+            lines += [body.get("calibration_note", "not available"), ""]
+            continue
+        if tag == "preset":
+            lines += ["Predicted for H100s, measured on this CPU: the machine measured is "
+                      "not the one predicted, so the errors only say how far apart the two "
+                      "machines are; the rankings are the test.", ""]
+        for clock, how in (("wall", "collectives in wall time after a barrier"),
+                           ("cpu", "collectives in the rank process's CPU time")):
+            lines += [f"### {how}", ""]
+            for i, run in enumerate(sec["runs"]):
+                sm = run["summary"][clock]
+                lines += [
+                    f"Run {i + 1}: Spearman(predicted, measured step) "
+                    f"{_f(sm['spearman_step'])} over {sm['plans']} plans; median |error| per "
+                    f"rank and phase {_f(sm['median_abs_error'], True)} ("
+                    + ", ".join(f"{ph} {_f(v, True)}"
+                                for ph, v in sm["median_abs_error_by_phase"].items())
+                    + f"); predicted slowest rank = measured slowest in "
+                    f"{_f(sm['slowest_match_fraction'], True)} of the plans that predict one "
+                    f"({sm['slowest_undecided']} predict every rank alike); hit-rate checks "
+                    f"passed in {sm['hit_rate_checks_passed']}/{sm['plans']}.", ""]
+            if "stability" in sec:
+                st = sec["stability"][clock]
+                lines += [f"Stability: Spearman between the two runs' measured step times "
+                          f"{_f(st['spearman'])}; same order of plans: {st['same_order']}.",
+                          ""]
+            lines += ["| plan | fixture | hosts x GPUs | solver | sharding/tier | predicted "
+                      "step | measured step (each run) | Spearman ranks | slowest pred / "
+                      "meas | mean abs error |", "|---|---|---|---|---|---|---|---|---|---|"]
+            first = sec["runs"][0]["plans"]
+            for n in sorted(first):
+                r = first[n]
+                pl = r["by_clock"][clock]["plan"]
+                each = [run["plans"][n]["by_clock"][clock]["plan"]["measured_step_s"]
+                        for run in sec["runs"]]
+                lines.append(
+                    f"| {n} | {r['fixture']} | {r['hosts']}x{r['gpus_per_host']} | "
+                    f"{r['solver']} | {', '.join(r['kinds'])} | {pl['predicted_step_s']:.3g} s "
+                    f"| {', '.join(f'{x:.3g}' for x in each)} s | {_f(pl['spearman_ranks'])} "
+                    f"| {pl['predicted_slowest']} / {pl['measured_slowest']} | "
+                    f"{_f(pl['mean_abs_rel_error'], True)} |")
+            lines.append("")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--only", nargs="*", default=None, help="plan names (default: all)")
+    ap.add_argument("--runs", type=int, default=2)
+    ap.add_argument("--no-write", action="store_true", help="print, do not write results")
+    args = ap.parse_args(argv)
+    names = args.only or list(PLANS)
+    load_before = [round(x, 2) for x in os.getloadavg()]
+    t0 = time.perf_counter()
+    body: dict[str, Any] = {
+        "command": COMMAND + (f" --only {' '.join(names)}" if args.only else "")
+        + (f" --runs {args.runs}" if args.runs != 2 else ""),
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.platform()}",
+        "load_before": load_before, "steps": STEPS,
+        "preset": run_set(preset_dict("h100"), "preset", names, args.runs),
+    }
+    hw = calibrated_hardware()
+    if hw is None:
+        body["calibrated"] = None
+        body["calibration_note"] = ("after calibration: not available (`planner calibrate` "
+                                    "does not exist on this commit)")
+    else:
+        body["calibrated"] = run_set(hw, "calibrated", names, args.runs)
+    body["load_after"] = [round(x, 2) for x in os.getloadavg()]
+    body["seconds"] = time.perf_counter() - t0
+    text = markdown(body)
+    if args.no_write:
+        sys.stdout.write(text)
+        return
+    write_results("fidelity", body, text)
+    sys.stdout.write(text)
+
+
+if __name__ == "__main__":
+    with tempfile.TemporaryDirectory():
+        main()
