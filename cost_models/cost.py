@@ -2,6 +2,7 @@
 
 from dataclasses import dataclass, fields
 
+from cost_models import latency
 from cost_models.geometry import ModelGeom, TableGeom
 from cost_models.hardware import HardwareProfile
 from cost_models.traffic import PieceTraffic, piece_traffic
@@ -46,15 +47,25 @@ def traffic_cost(t: PieceTraffic, hw: HardwareProfile) -> CostBreakdown:
 
     The data-parallel all-reduce runs at the ring's bus bandwidth (hardware.eff_allreduce_bw).
     """
+    c = hw.constants
     return CostBreakdown(
-        lookup=t.hbm_fwd / hw.eff_hbm_bw + hw.constants.piece_overhead_s,
-        backward=t.hbm_bwd / hw.eff_hbm_bw,
+        # Launch overheads: one lookup kernel forward, one update backward, per piece.
+        lookup=t.hbm_fwd / hw.eff_hbm_bw + c.piece_overhead_s,
+        backward=t.hbm_bwd / (hw.eff_hbm_bw * c.backward_efficiency) + c.update_launch_s,
         cache_miss=t.host / hw.eff_host_read_bw + t.ssd / hw.eff_ssd_bw,
         input_a2a=t.ids_intra / hw.eff_nvlink_bw + t.ids_inter / hw.eff_nic_bw,
         output_a2a=(t.out_fwd_intra + t.out_bwd_intra) / hw.eff_nvlink_bw
         + (t.out_fwd_inter + t.out_bwd_inter) / hw.eff_nic_bw,
-        allreduce=t.allreduce / hw.eff_allreduce_bw,
+        allreduce=t.allreduce / hw.eff_allreduce_bw
+        + latency.allreduce_latency_s(hw, t.allreduce_calls),
     )
+
+
+def step_fixed(hw: HardwareProfile) -> CostBreakdown:
+    """Seconds every GPU pays per step whatever it holds: the all-to-all calls' latency
+    (latency.py). The partitioner's loads start from it (LoadState), the bound counts it."""
+    inp, out = latency.step_a2a_s(hw)
+    return CostBreakdown(input_a2a=inp, output_a2a=out)
 
 
 def piece_cost(

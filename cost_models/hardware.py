@@ -34,7 +34,20 @@ class CostConstants:
         runs all of a GPU's tables of one kernel group in one fused launch each way (TorchRec
         batches replicas too), so what a piece adds on its own is its share of the launch's
         setup and offsets: well under a microsecond. Not calibrated on a GPU yet; it also keeps
-        the planner from splitting a table for nothing.
+        the planner from splitting a table for nothing. The forward's launch per piece.
+    backward_efficiency: share of the forward's effective memory bandwidth the backward and
+        fused optimizer reach (they sort ids, gather gradients and scatter rows). 1.0 assumes
+        FBGEMM's backward streams as well as its forward; planner calibrate fits it.
+    update_launch_s: the backward's launch per piece (unique ids, row gradients, optimizer
+        update), seconds; the same assumption as piece_overhead_s until calibrated.
+    a2a_call_latency_s, a2a_peer_latency_s: alpha of an all-to-all call, seconds per call
+        and per peer (W - 1 peers). nccl-tests' alltoall on 8 NVLink GPUs takes ~15-20 us at
+        a few bytes, ~10 us of launch and sync plus ~1 us per peer's send/recv pair.
+    allreduce_call_latency_s, allreduce_hop_latency_s: alpha of a ring all-reduce, seconds
+        per call and per ring hop (2 (W - 1) hops); nccl-tests' allreduce at 8 B on 8 GPUs
+        takes ~20-25 us.
+    allreduce_bucket_bytes: data-parallel gradients are all-reduced in buckets of at most
+        this many bytes, as DDP does (bucket_cap_mb = 25 MiB by default).
     """
 
     hbm_efficiency: float = 0.55
@@ -48,6 +61,13 @@ class CostConstants:
     length_bytes: int = 4
     cache_metadata_bytes_per_row: int = 16
     piece_overhead_s: float = 5e-7
+    update_launch_s: float = 5e-7
+    backward_efficiency: float = 1.0
+    a2a_call_latency_s: float = 1e-5
+    a2a_peer_latency_s: float = 1e-6
+    allreduce_call_latency_s: float = 1e-5
+    allreduce_hop_latency_s: float = 1e-6
+    allreduce_bucket_bytes: int = 25 * 1024 * 1024
 
 
 @dataclass(frozen=True)

@@ -10,11 +10,16 @@ functions are the single definition of the model's byte counts; `cost.py` only d
 
 from dataclasses import dataclass
 
+from cost_models import latency
 from cost_models.cache_policy import policy_hit_rate
 from cost_models.geometry import ModelGeom, TableGeom, cache_rows
 from cost_models.hardware import HardwareProfile
 from cost_models.sizes import comm_row_bytes, optimizer_state_row_bytes, weight_row_bytes
 from cost_models.types import ShardingType, Tier
+from cost_models.unique_rows import piece_unique_rows
+
+# Bytes per element of the pooled gradients the backward reads (fp32, as the executor's).
+GRAD_BYTES = 4
 
 # Row-split types that reduce partial sums inside a host before crossing hosts.
 _HOST_REDUCED = (ShardingType.TABLE_ROW_WISE, ShardingType.GRID)
@@ -44,6 +49,10 @@ class PieceTraffic:
     owner_out_bwd: float = 0.0
     # Of ids_intra + ids_inter, the bag lengths: one per sample per piece, whatever the ids.
     lengths: float = 0.0
+    # Not bytes: distinct rows the backward updates per step (unique_rows.py; a replica's
+    # lookups, its update being dense), and a replica's share of the all-reduce calls.
+    unique_rows: float = 0.0
+    allreduce_calls: float = 0.0
 
 
 def hit_rate(table: TableGeom, tier: Tier, cache_ratio: float, piece_rows: int) -> float:
@@ -87,10 +96,15 @@ def piece_traffic(
     w_row = weight_row_bytes(table.data_type, piece_cols)
     s_row = optimizer_state_row_bytes(table.optimizer, piece_cols)
     fwd = lookups * w_row
-    # Fused backward: read and write the weight row and its optimizer state per lookup.
-    bwd_w = lookups * 2 * w_row
-    bwd_s = lookups * 2 * s_row
-    bwd = bwd_w + bwd_s
+    # Fused backward (kernels.row_grads_bags, then the store's update): each lookup reads its
+    # sample's pooled gradient (fp32), then the optimizer reads and writes each *distinct*
+    # row of the batch and its state once (unique_rows.py), not once per lookup.
+    unique = (lookups if kind is ShardingType.DATA_PARALLEL else
+              piece_unique_rows(table.access, table.rows, samples * table.pooling, id_share))
+    grad_reads = lookups * GRAD_BYTES * piece_cols
+    bwd_w = unique * 2 * w_row
+    bwd_s = unique * 2 * s_row
+    bwd = bwd_w + bwd_s + grad_reads
     ids_read = lookups * c.id_bytes
 
     h = hit_rate(table, tier, cache_ratio, piece_rows)
@@ -98,17 +112,20 @@ def piece_traffic(
         hbm_fwd, hbm_bwd, host, ssd = fwd + ids_read, bwd, 0.0, 0.0
     elif tier is Tier.HBM_CACHE:
         # The cache holds weight rows only; optimizer state stays in DDR (memory.py).
-        hbm_fwd, hbm_bwd = h * fwd + ids_read, h * bwd_w
+        # Misses among the distinct rows taken at the per-lookup rate (a hot row, counted
+        # once, is likelier cached: this over-counts the backward's misses a little).
+        hbm_fwd, hbm_bwd = h * fwd + ids_read, h * bwd_w + grad_reads
         host = (1.0 - h) * (fwd + bwd_w) + bwd_s
         ssd = 0.0
     else:
-        hbm_fwd, hbm_bwd = ids_read, 0.0
-        host = fwd + bwd
+        hbm_fwd, hbm_bwd = ids_read, grad_reads
+        host = fwd + bwd_w + bwd_s
         # ssd: DDR-cache misses read the row from SSD and write it back, a page at least.
         page = max(w_row + s_row, c.ssd_read_granularity_bytes)
         ssd = (1.0 - h) * lookups * 2 * page if tier is Tier.SSD else 0.0
 
     allreduce = 0.0
+    allreduce_calls = 0.0
     owner = (0.0, 0.0, 0.0)
     lengths_recv = 0.0
     if kind is ShardingType.DATA_PARALLEL:
@@ -120,6 +137,7 @@ def piece_traffic(
         hbm_bwd = lookups * w_row + table.rows * 2 * (w_row + s_row)
         grad_bytes = table.rows * comm_row_bytes(model.bwd_precision, piece_cols)
         allreduce = 2.0 * (world - 1) / world * grad_bytes
+        allreduce_calls = latency.allreduce_calls(grad_bytes, c.allreduce_bucket_bytes)
     else:
         # Every sample sends the piece its bag length, even an empty bag (a row-split piece).
         lengths = samples * c.length_bytes
@@ -151,6 +169,8 @@ def piece_traffic(
         owner_out_fwd=owner[1],
         owner_out_bwd=owner[2],
         lengths=lengths_recv,
+        unique_rows=unique,
+        allreduce_calls=allreduce_calls if world > 1 else 0.0,
     )
 
 

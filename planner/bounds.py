@@ -27,6 +27,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from cost_models import step_fixed
 from planner.candidates import Candidate
 from planner.problem import Problem
 
@@ -199,6 +200,13 @@ def lower_bound(problem: Problem, cands: list[list[Candidate]]) -> LowerBound:
     caps = np.array([w * hw.hbm_cap, hw.hosts * hw.ddr_cap, hw.hosts * hw.ssd_cap], dtype=float)
     plain, priced, balanced, prices = _work_bounds(cands, caps, w, problem.model.pipelined)
     pinned = pinned_bound(problem, cands)
+    if not problem.model.pipelined:
+        # Every GPU also pays the step's fixed latency (cost.step_fixed), so each floor of
+        # the busiest GPU's pieces rises by it; pipelined, max(compute, comm) keeps them valid.
+        fixed = step_fixed(hw)
+        c = fixed.compute + fixed.comm
+        plain, priced, balanced, largest = plain + c, priced + c, balanced + c, largest + c
+        pinned = pinned + c if pinned > 0 else pinned
     average = max(plain, priced)
     return LowerBound(
         value_s=max(average, largest, balanced, pinned),

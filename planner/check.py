@@ -206,6 +206,15 @@ def check_plan(plan: Plan, strict: bool = False, proof_budget: float | None = No
     for r, wait in enumerate(waits.tolist()):
         if wait > 0:
             costs[r] = (costs[r] or CostBreakdown()) + CostBreakdown(owner_a2a=wait)
+    # Every GPU takes part in the step's six all-to-all calls (rank.py: lengths and ids in;
+    # two stages out, forward and backward), each costing its call and per-peer latency;
+    # counted here from the constants, not through cost_models.latency.
+    if w > 1:
+        k = hw.constants
+        call = k.a2a_call_latency_s + k.a2a_peer_latency_s * (w - 1)
+        for r in range(w):
+            costs[r] = (costs[r] or CostBreakdown()) + CostBreakdown(input_a2a=2 * call,
+                                                                     output_a2a=4 * call)
     step = _figures(plan, problem.hw, problem.hbm_cap_reported, hbm, buffers, ddr_gpu,
                     ssd_gpu, pieces, costs, rep)
     if step is not None:

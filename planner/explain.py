@@ -27,6 +27,7 @@ from cost_models import (
     piece_memory,
     piece_sides,
     piece_traffic,
+    step_fixed,
     traffic_cost,
 )
 from planner.candidates import (
@@ -114,8 +115,9 @@ def gpu_times(problem: Problem, sums: np.ndarray) -> np.ndarray:
     np.add.at(host_rate, host_of, sums[:, 12:15])
     extra = owner_wait(sums[:, 9:12], host_rate, host_of, problem.model.batch_per_gpu,
                        hw.eff_nic_bw)
-    comp = sums[:, 0:3].sum(axis=1)
-    comm = sums[:, 3:6].sum(axis=1) + extra
+    fixed = step_fixed(hw)  # the all-to-all calls' latency every GPU pays
+    comp = sums[:, 0:3].sum(axis=1) + fixed.compute
+    comm = sums[:, 3:6].sum(axis=1) + extra + fixed.comm
     return np.maximum(comp, comm) if problem.model.pipelined else comp + comm
 
 

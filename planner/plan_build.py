@@ -20,6 +20,7 @@ from cost_models import (
     piece_memory,
     piece_sides,
     piece_traffic,
+    step_fixed,
     traffic_cost,
 )
 from planner.bounds import LowerBound
@@ -89,9 +90,12 @@ def gpu_totals(layout: PlanLayout | PieceLayout, problem: Problem) -> list[GpuTo
     # Byte counts are integers below 2**53, so their float sums are exact. Every GPU also
     # holds the owner side's step buffers (problem.step_reserve).
     reserve = problem.step_reserve.total
+    # ... and pays the step's all-to-all call latency whatever it holds (cost.step_fixed).
+    fixed = step_fixed(hw)
     return [
         GpuTotals(
-            cost=CostBreakdown(*(float(x) for x in sums[r, :6]), owner_a2a=float(extra[r])),
+            cost=CostBreakdown(*(float(x) for x in sums[r, :6]), owner_a2a=float(extra[r]))
+            + fixed,
             memory=MemoryFootprint(int(sums[r, 6]) + reserve, int(sums[r, 7]),
                                    int(sums[r, 8])),
             pieces=int(counts[r]),

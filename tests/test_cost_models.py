@@ -46,8 +46,17 @@ REL = 1e-9
 GB = 1e9
 
 
-def make_hw(hosts=2, gpus_per_host=4, ddr_bw=400 * GB, overhead_s=0.0):
+def make_hw(hosts=2, gpus_per_host=4, ddr_bw=400 * GB, overhead_s=0.0, update_s=0.0,
+            a2a_call_s=0.0, a2a_peer_s=0.0, ar_call_s=0.0, ar_hop_s=0.0,
+            bucket_bytes=25 << 20):
+    # Latency terms off unless a test names them: the byte tests divide bytes only.
     consts = CostConstants(
+        update_launch_s=update_s,
+        a2a_call_latency_s=a2a_call_s,
+        a2a_peer_latency_s=a2a_peer_s,
+        allreduce_call_latency_s=ar_call_s,
+        allreduce_hop_latency_s=ar_hop_s,
+        allreduce_bucket_bytes=bucket_bytes,
         hbm_efficiency=0.5,
         pcie_efficiency=0.5,
         ddr_efficiency=0.5,
@@ -111,6 +120,17 @@ def traffic(table, kind, tier=Tier.HBM, cache_ratio=0.0, rows=None, cols=None, h
         hw if hw is not None else make_hw(),
         model if model is not None else make_model(),
     )
+
+
+def uniq(rows, table_lookups, share=1.0):
+    """Distinct rows a piece of `share` of a uniform table sees: share * N (1 - (1-1/N)^k)."""
+    return share * rows * (1 - (1 - 1 / rows) ** table_lookups)
+
+
+def uniq_zipf(rows, alpha, table_lookups):
+    """sum_i 1 - (1 - p_i)^k over a zipf table, from a plain loop."""
+    total = sum(k ** -alpha for k in range(1, rows + 1))
+    return sum(1 - (1 - k ** -alpha / total) ** table_lookups for k in range(1, rows + 1))
 
 
 def check_traffic(t, **expected):
@@ -285,7 +305,8 @@ def test_traffic_table_wise():
     t = traffic(table, ShardingType.TABLE_WISE)
     # B = 10*8 = 80 samples; lookups = 80 * 2 pooling * 1.0 share = 160 rows
     # fwd = 160 * 32 = 5120 B rows + 160 ids * 8 B = 1280 B  -> 6400
-    # bwd = 160 * 2 * (32 + 4) = 11520
+    # bwd: each lookup reads its sample's fp32 gradient (160 * 8 * 4 = 5120), then each of the
+    # U = 1000 (1 - 0.999^160) distinct rows is read and written once: U * 2 * (32 + 4)
     # input = 1280 B of ids + 80 samples * 4 B bag lengths = 1600 B:
     #     intra (G-1)/W = 3/8 -> 600, inter (W-G)/W = 4/8 -> 800; lengths received 80*4*7/8
     # out fwd fp32 row 32 B: 80 * 32 = 2560 B -> intra 3/8 = 960, inter 4/8 = 1280
@@ -294,7 +315,8 @@ def test_traffic_table_wise():
         t,
         lookups=160,
         hbm_fwd=6400,
-        hbm_bwd=11520,
+        hbm_bwd=uniq(1000, 160) * 72 + 5120,
+        unique_rows=uniq(1000, 160),
         host=0,
         ssd=0,
         ids_intra=600,
@@ -314,7 +336,7 @@ def test_traffic_column_wise_piece():
     table = make_table(dim=16, data_type=DataType.FP16, optimizer=Optimizer.ADAGRAD)
     t = traffic(table, ShardingType.COLUMN_WISE, rows=1000, cols=4)
     # every column piece sees all ids: lookups = 80 * 2 = 160
-    # fwd = 160 * 8 + 160 * 8 (ids) = 2560; bwd = 160 * 2 * (8 + 16) = 7680
+    # fwd = 160 * 8 + 160 * 8 (ids) = 2560; bwd = U * 2 * (8 + 16) + 160 * 4 cols * 4 B
     # ids 1280 B + lengths 320 B -> 600 intra, 800 inter
     # out fwd fp32 4 cols = 16 B: 80*16 = 1280 -> intra 3/8 = 480, inter 4/8 = 640
     # out bwd fp16 4 cols = 8 B: 80*8 = 640 -> intra 240, inter 320
@@ -322,7 +344,7 @@ def test_traffic_column_wise_piece():
         t,
         lookups=160,
         hbm_fwd=2560,
-        hbm_bwd=7680,
+        hbm_bwd=uniq(1000, 160) * 48 + 2560,
         host=0,
         ssd=0,
         ids_intra=600,
@@ -342,7 +364,8 @@ def test_traffic_row_wise_piece():
     t = traffic(table, ShardingType.ROW_WISE, rows=125, cols=8,
                 model=make_model(bwd=CommPrecision.INT8))
     # lookups = 80 * 2 * 125/1000 = 20
-    # fwd = 20 * 32 + 20 * 8 = 800; bwd = 20 * 2 * (32 + 64) = 3840
+    # fwd = 20 * 32 + 20 * 8 = 800; bwd = U * 2 * (32 + 64) + 20 * 32, U the piece's 1/8
+    # of the table's distinct rows among its 160 lookups
     # ids = 20 * 8 = 160, plus a bag length for each of the 80 samples, 320 B, empty bags
     # included = 480 -> intra 3/8 = 180, inter 4/8 = 240
     # out: a partial sum for every one of the 80 samples.
@@ -352,7 +375,7 @@ def test_traffic_row_wise_piece():
         t,
         lookups=20,
         hbm_fwd=800,
-        hbm_bwd=3840,
+        hbm_bwd=uniq(1000, 160, 1 / 8) * 192 + 640,
         host=0,
         ssd=0,
         ids_intra=180,
@@ -371,7 +394,7 @@ def test_traffic_table_row_wise_piece():
     table = make_table()
     t = traffic(table, ShardingType.TABLE_ROW_WISE, rows=250, cols=8)
     # lookups = 80 * 2 * 1/4 = 40
-    # fwd = 40 * 32 + 40 * 8 = 1600; bwd = 40 * 2 * 32 = 2560
+    # fwd = 40 * 32 + 40 * 8 = 1600; bwd = U * 2 * 32 + 40 * 32 (U: 1/4 of the distinct rows)
     # ids = 320 + lengths 320 = 640 -> intra 3/8 = 240, inter 4/8 = 320
     # out fwd fp32 32 B over 80 samples = 2560 B:
     #   intra reduce-scatter (G-1)/G = 3/4 -> 1920
@@ -381,7 +404,7 @@ def test_traffic_table_row_wise_piece():
         t,
         lookups=40,
         hbm_fwd=1600,
-        hbm_bwd=2560,
+        hbm_bwd=uniq(1000, 160, 1 / 4) * 64 + 1280,
         host=0,
         ssd=0,
         ids_intra=240,
@@ -399,7 +422,7 @@ def test_traffic_grid_piece():
     table = make_table(dim=16, data_type=DataType.INT8)
     t = traffic(table, ShardingType.GRID, rows=250, cols=8)
     # lookups = 80 * 2 * 1/4 = 40
-    # fwd = 40 * 16 + 40 * 8 = 960; bwd = 40 * 2 * 16 = 1280
+    # fwd = 40 * 16 + 40 * 8 = 960; bwd = U * 2 * 16 + 40 * 8 cols * 4 B
     # ids = 320 + lengths 320 = 640 -> 240 intra, 320 inter
     # out (8 cols): fwd 32 B -> intra 80*32*3/4 = 1920, inter 10 vectors * 32 = 320
     #               bwd 16 B -> intra 960, inter 160
@@ -407,7 +430,7 @@ def test_traffic_grid_piece():
         t,
         lookups=40,
         hbm_fwd=960,
-        hbm_bwd=1280,
+        hbm_bwd=uniq(1000, 160, 1 / 4) * 32 + 1280,
         host=0,
         ssd=0,
         ids_intra=240,
@@ -469,8 +492,8 @@ def test_traffic_single_host_has_no_inter_host_bytes():
 
 # --------------------------------------------------------------------------------------------
 # 4. tiers (table-wise piece, fp32 row 32 B, rowwise Adagrad state 4 B, uniform access)
-#    lookups = 160; fwd rows = 160 * 32 = 5120; ids read = 1280; bwd = 160 * 2 * 36 = 11520
-#    = weight 160 * 2 * 32 = 10240 + state 160 * 2 * 4 = 1280
+#    lookups = 160; fwd rows = 160 * 32 = 5120; ids read = 1280; gradient reads 160 * 32 =
+#    5120 (in HBM); per distinct row U = uniq(1000, 160): weight U * 64 + state U * 8
 # --------------------------------------------------------------------------------------------
 
 
@@ -479,35 +502,40 @@ def test_tier_hbm_cache():
     t = traffic(table, ShardingType.TABLE_WISE, tier=Tier.HBM_CACHE, cache_ratio=0.25)
     # h = 0.25 (uniform: int(0.25 * 1000) = 250 of 1000 rows)
     # cache holds weight rows only; optimizer state stays in DDR:
-    # hbm_fwd = 0.25 * 5120 + 1280 = 2560; hbm_bwd = 0.25 * 10240 (weights) = 2560
-    # host = 0.75 * (5120 + 10240) + 1280 (all state read + write) = 11520 + 1280 = 12800
-    check_traffic(t, lookups=160, hbm_fwd=2560, hbm_bwd=2560, host=12800, ssd=0)
+    # hbm_fwd = 0.25 * 5120 + 1280 = 2560; hbm_bwd = 0.25 * U * 64 (weights) + 5120
+    # host = 0.75 * (5120 + U * 64) + U * 8 (all state read + write)
+    u = uniq(1000, 160)
+    check_traffic(t, lookups=160, hbm_fwd=2560, hbm_bwd=0.25 * u * 64 + 5120,
+                  host=0.75 * (5120 + u * 64) + u * 8, ssd=0)
 
 
 def test_tier_ddr():
     table = make_table(optimizer=Optimizer.ROWWISE_ADAGRAD)
     t = traffic(table, ShardingType.TABLE_WISE, tier=Tier.DDR, cache_ratio=0.25)
-    # only the ids are read from HBM; all 5120 + 11520 = 16640 B go over PCIe
-    check_traffic(t, lookups=160, hbm_fwd=1280, hbm_bwd=0, host=16640, ssd=0)
+    # only the ids and gradients are read from HBM; 5120 + U * 72 B go over PCIe
+    check_traffic(t, lookups=160, hbm_fwd=1280, hbm_bwd=5120, host=5120 + uniq(1000, 160) * 72,
+                  ssd=0)
 
 
 def test_tier_ssd_small_rows_cost_a_page():
     table = make_table(optimizer=Optimizer.ROWWISE_ADAGRAD)
     t = traffic(table, ShardingType.TABLE_WISE, tier=Tier.SSD, cache_ratio=0.25)
-    # host as for ddr: 16640; h = 0.25 of the DDR cache
+    # host as for ddr: 5120 + U * 72; h = 0.25 of the DDR cache
     # row + state = 36 B < 4096 B page -> page 4096
     # ssd = 0.75 * 160 * 2 (read + write back) * 4096 = 120 * 8192 = 983040
-    check_traffic(t, lookups=160, hbm_fwd=1280, hbm_bwd=0, host=16640, ssd=983040)
+    check_traffic(t, lookups=160, hbm_fwd=1280, hbm_bwd=5120, host=5120 + uniq(1000, 160) * 72,
+                  ssd=983040)
 
 
 def test_tier_ssd_big_rows_cost_more_than_a_page():
     # dim 1024 fp32: row 4096 B; Adam state 2 * 1024 * 4 = 8192 B; row + state = 12288 > 4096
     table = make_table(dim=1024, optimizer=Optimizer.ADAM)
     t = traffic(table, ShardingType.TABLE_WISE, tier=Tier.SSD, cache_ratio=0.5)
-    # lookups 160; fwd = 160 * 4096 = 655360; bwd = 160 * 2 * 12288 = 3932160
-    # host = 655360 + 3932160 = 4587520; ids read = 1280
-    # ssd = 0.5 * 160 * 2 * 12288 = 1966080
-    check_traffic(t, lookups=160, hbm_fwd=1280, hbm_bwd=0, host=4587520, ssd=1966080)
+    # lookups 160; fwd = 160 * 4096 = 655360; bwd = U * 2 * 12288; gradients 160 * 4096
+    # host = 655360 + U * 24576; ids read = 1280
+    # ssd = 0.5 * 160 * 2 * 12288 = 1966080 (page reads per missed lookup)
+    check_traffic(t, lookups=160, hbm_fwd=1280, hbm_bwd=655360,
+                  host=655360 + uniq(1000, 160) * 24576, ssd=1966080)
 
 
 def test_tier_hbm_cache_zipf_uses_curve():
@@ -516,12 +544,14 @@ def test_tier_hbm_cache_zipf_uses_curve():
     h = sum(k ** -alpha for k in range(1, 101)) / sum(k ** -alpha for k in range(1, 1001))
     table = make_table(access=ZipfAccess(alpha))  # SGD, row 32 B
     t = traffic(table, ShardingType.TABLE_WISE, tier=Tier.HBM_CACHE, cache_ratio=0.1)
-    # fwd rows 5120, ids 1280, weight bwd 160 * 2 * 32 = 10240, SGD state 0 B -> 0 in DDR
+    # fwd rows 5120, ids 1280, weight bwd U * 2 * 32 over the distinct rows, gradient reads
+    # 5120, SGD state 0 B -> 0 in DDR
+    u = uniq_zipf(1000, alpha, 160)
     check_traffic(
         t,
         hbm_fwd=h * 5120 + 1280,
-        hbm_bwd=h * 10240,
-        host=(1 - h) * (5120 + 10240) + 0,
+        hbm_bwd=h * u * 64 + 5120,
+        host=(1 - h) * (5120 + u * 64) + 0,
     )
 
 
@@ -531,13 +561,14 @@ def test_tier_hbm_cache_zipf_state_in_ddr():
     h = sum(k ** -alpha for k in range(1, 101)) / sum(k ** -alpha for k in range(1, 1001))
     table = make_table(access=ZipfAccess(alpha), optimizer=Optimizer.ADAM)
     t = traffic(table, ShardingType.TABLE_WISE, tier=Tier.HBM_CACHE, cache_ratio=0.1)
-    # fwd rows 160 * 32 = 5120, ids 1280, weight bwd 160 * 2 * 32 = 10240,
-    # state bwd 160 * 2 * 64 = 20480 always over PCIe (state is not cached)
+    # fwd rows 160 * 32 = 5120, ids 1280, weight bwd U * 2 * 32, gradient reads 5120,
+    # state bwd U * 2 * 64 always over PCIe (state is not cached)
+    u = uniq_zipf(1000, alpha, 160)
     check_traffic(
         t,
         hbm_fwd=h * 5120 + 1280,
-        hbm_bwd=h * 10240,
-        host=(1 - h) * (5120 + 10240) + 20480,
+        hbm_bwd=h * u * 64 + 5120,
+        host=(1 - h) * (5120 + u * 64) + u * 128,
         ssd=0,
     )
 
@@ -647,15 +678,15 @@ def test_traffic_cost_overhead_only_for_empty_piece():
 
 def test_piece_cost_table_wise_end_to_end():
     # TW piece, fp32, SGD, HBM (see test_traffic_table_wise, with state 0 B):
-    #   hbm_fwd 6400, hbm_bwd 160 * 2 * 32 = 10240, ids + lengths 600/800, out fwd 960/1280,
-    #   out bwd 480/640
+    #   hbm_fwd 6400, hbm_bwd U * 2 * 32 + 5120 (gradients), ids + lengths 600/800,
+    #   out fwd 960/1280, out bwd 480/640
     hw = make_hw(overhead_s=1e-6)
     model = make_model()
     c = piece_cost(make_table(), ShardingType.TABLE_WISE, Tier.HBM, 0.0, 1000, 8, hw, model)
     # lookup = 6400 / 500e9 + 1e-6 = 1.28e-8 + 1e-6
     assert c.lookup == pytest.approx(1.28e-8 + 1e-6, rel=REL)
-    # backward = 10240 / 500e9 = 2.048e-8
-    assert c.backward == pytest.approx(2.048e-8, rel=REL)
+    # backward = (U * 64 + 5120) / 500e9
+    assert c.backward == pytest.approx((uniq(1000, 160) * 64 + 5120) / 500e9, rel=REL)
     assert c.cache_miss == 0
     # input = 600 / 200e9 + 800 / 20e9 = 3e-9 + 4e-8
     assert c.input_a2a == pytest.approx(3e-9 + 4e-8, rel=REL)
@@ -665,15 +696,17 @@ def test_piece_cost_table_wise_end_to_end():
 
 
 def test_piece_cost_ssd_tier_end_to_end():
-    # from test_tier_ssd_small_rows_cost_a_page: host 16640 B, ssd 983040 B, ids read 1280
+    # from test_tier_ssd_small_rows_cost_a_page: host 5120 + U * 72 B, ssd 983040 B, ids read
+    # 1280, gradient reads 5120 in HBM
     hw = make_hw()
     table = make_table(optimizer=Optimizer.ROWWISE_ADAGRAD)
     c = piece_cost(table, ShardingType.TABLE_WISE, Tier.SSD, 0.25, 1000, 8, hw, make_model())
-    # cache_miss = 16640 / 25e9 + 983040 / 1e9 = 6.656e-7 + 9.8304e-4
-    assert c.cache_miss == pytest.approx(6.656e-7 + 9.8304e-4, rel=REL)
-    # lookup = 1280 / 500e9 = 2.56e-9 (no overhead here); backward 0
+    # cache_miss = host / 25e9 + 983040 / 1e9
+    host = 5120 + uniq(1000, 160) * 72
+    assert c.cache_miss == pytest.approx(host / 25e9 + 9.8304e-4, rel=REL)
+    # lookup = 1280 / 500e9 = 2.56e-9 (no overhead here); backward 5120 / 500e9
     assert c.lookup == pytest.approx(2.56e-9, rel=REL)
-    assert c.backward == 0
+    assert c.backward == pytest.approx(5120 / 500e9, rel=REL)
 
 
 def test_cost_breakdown_add_and_total():

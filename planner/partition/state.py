@@ -5,7 +5,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from cost_models import HardwareProfile, ModelGeom
+from cost_models import HardwareProfile, ModelGeom, step_fixed
 from cost_models.placement import owner_deficit, wait_of
 from planner.candidates import Candidate, Group, Scope
 
@@ -39,8 +39,10 @@ class LoadState:
         self.pipelined = model.pipelined
         self.g = hw.gpus_per_host
         self.w = hw.world_size
-        self.comp = np.zeros(self.w)
-        self.comm = np.zeros(self.w)
+        # Every GPU pays the step's all-to-all calls whatever it holds (cost.step_fixed).
+        fixed = step_fixed(hw)
+        self.comp = np.full(self.w, fixed.compute)
+        self.comm = np.full(self.w, fixed.comm)
         self.hbm = np.zeros(self.w, dtype=np.int64)
         self.ddr = np.zeros(hw.hosts, dtype=np.int64)
         self.ssd = np.zeros(hw.hosts, dtype=np.int64)

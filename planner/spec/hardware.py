@@ -15,6 +15,7 @@ from planner.spec.table import StrictModel
 GBps = Annotated[float, Field(ge=1e-3, le=1e6, allow_inf_nan=False)]
 Efficiency = Annotated[float, Field(gt=0.0, le=1.0, allow_inf_nan=False)]
 Capacity = Annotated[ByteSize, Field(ge=0)]
+Seconds = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]
 
 _DEFAULT_CONSTANTS = CostConstants()
 
@@ -115,7 +116,32 @@ class ConstantsSpec(StrictModel):
             "stamp), in bytes."))
     piece_overhead_s: Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)] = Field(
         _DEFAULT_CONSTANTS.piece_overhead_s, description=(
-            "Fixed time each piece adds to its GPU per step, in seconds."))
+            "Fixed time each piece adds to its GPU per step (its forward lookup kernel's "
+            "launch), in seconds."))
+    update_launch_s: Seconds = Field(
+        _DEFAULT_CONSTANTS.update_launch_s, description=(
+            "Launch overhead of each piece's backward update (unique ids, row gradients, "
+            "optimizer) per step, in seconds."))
+    backward_efficiency: Efficiency = Field(
+        _DEFAULT_CONSTANTS.backward_efficiency, description=(
+            "Share of the lookups' effective HBM bandwidth the backward and its fused "
+            "optimizer update reach (a fraction in (0, 1])."))
+    a2a_call_latency_s: Seconds = Field(
+        _DEFAULT_CONSTANTS.a2a_call_latency_s, description=(
+            "Latency of one all-to-all call (alpha), paid by every GPU per call, in seconds."))
+    a2a_peer_latency_s: Seconds = Field(
+        _DEFAULT_CONSTANTS.a2a_peer_latency_s, description=(
+            "Latency an all-to-all call adds per peer (W - 1 peers), in seconds."))
+    allreduce_call_latency_s: Seconds = Field(
+        _DEFAULT_CONSTANTS.allreduce_call_latency_s, description=(
+            "Latency of one all-reduce call (one gradient bucket), in seconds."))
+    allreduce_hop_latency_s: Seconds = Field(
+        _DEFAULT_CONSTANTS.allreduce_hop_latency_s, description=(
+            "Latency of one hop of a ring all-reduce (2 (W - 1) hops a call), in seconds."))
+    allreduce_bucket_bytes: Annotated[int, Field(strict=True, ge=1, le=1 << 40)] = Field(
+        _DEFAULT_CONSTANTS.allreduce_bucket_bytes, description=(
+            "Largest data-parallel gradient bucket all-reduced in one call (DDP's "
+            "bucket_cap_mb), in bytes."))
 
 
 class HardwareSpec(StrictModel):

@@ -1,0 +1,41 @@
+"""Expected distinct rows among a batch's lookups: what a fused backward touches.
+
+The executor's backward (planner/executor/kernels.row_grads_bags, then the store's update)
+sums each looked-up row's gradient and applies the optimizer over the *sorted unique* ids of
+the batch, so it reads and writes each distinct row once, not once per lookup. With k
+independent lookups under per-row probabilities p_i, row i is touched with probability
+1 - (1 - p_i)^k, so the expected count is
+
+    U = sum_i 1 - (1 - p_i)^k          (uniform: N (1 - (1 - 1/N)^k))
+
+summed over the rate groups of cache_policy.rate_groups (zipf: its first rows one by one, the
+tail as a bucketed integral), so a table of 1e12 rows costs a few thousand terms.
+"""
+
+import functools
+
+import numpy as np
+
+from cost_models.access import AccessModel
+from cost_models.cache_policy import rate_groups
+
+
+@functools.lru_cache(maxsize=65536)
+def unique_rows(access: AccessModel, rows: int, lookups: float) -> float:
+    """Expected number of distinct rows of a `rows`-row table among `lookups` independent
+    lookups drawn from `access`; never more than either."""
+    if rows <= 0 or lookups <= 0:
+        return 0.0
+    p, n = rate_groups(access, rows)
+    # 1 - (1-p)^k as -expm1(k log1p(-p)): exact for p near 1, no cancellation for tiny p.
+    touched = -np.expm1(lookups * np.log1p(-np.minimum(p, 1.0)))
+    return float(min(float(rows), lookups, float(np.sum(n * touched))))
+
+
+def piece_unique_rows(access: AccessModel, rows: int, table_lookups: float,
+                      share: float) -> float:
+    """Distinct rows a piece holding `share` of the table's rows sees in a batch whose
+    lookups of the whole table number `table_lookups`: ids are spread evenly over row ranges
+    (access.py), so the piece's rows are a random `share` of the table's, each touched with
+    the probability it has in the whole table."""
+    return share * unique_rows(access, rows, table_lookups)
