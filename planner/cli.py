@@ -179,10 +179,12 @@ def presets_cmd() -> None:
 def _register_commands() -> None:
     # Commands owned by other packages: serve (api), execute (executor), export/import (interop).
     from api.cli import register as register_service
+    from planner.calibration.cli import register as register_calibrate
     from planner.executor.cli import register as register_executor
     from planner.interop.cli import register as register_interop
 
-    for register in (register_service, register_executor, register_interop):
+    for register in (register_service, register_executor, register_interop,
+                     register_calibrate):
         register(app)
 
 

@@ -1,0 +1,138 @@
+"""`planner calibrate`: measure this machine, fit the constants, write a hardware profile.
+
+Heavy imports (torch, scipy) stay inside the command so `planner plan` starts fast."""
+
+import json
+import shlex
+import sys
+import time
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+
+class CalDevice(StrEnum):
+    cpu = "cpu"
+    cuda = "cuda"
+
+
+def register(app: typer.Typer) -> None:
+    """Add `calibrate` to `app`."""
+
+    @app.command("calibrate")
+    def calibrate_cmd(
+        output: Annotated[Path, typer.Option("-o", "--output",
+                                             help="hardware profile JSON to write")],
+        device: Annotated[CalDevice, typer.Option(
+            help="cpu (executor kernels on CPU, gloo) or cuda (CUDA kernels, NCCL)")
+        ] = CalDevice.cpu,
+        world_size: Annotated[int, typer.Option(
+            help="largest number of ranks for the collectives; every world size from 2 to "
+                 "this is measured (two or more sizes tell a call's latency from a peer's)")
+        ] = 3,
+        preset: Annotated[str, typer.Option(
+            help="base preset: capacities, topology and every constant not fitted")] = "h100",
+        long: Annotated[bool, typer.Option(
+            "--long", help="more shapes, sizes and repeats (minutes, not seconds)")] = False,
+        smoke: Annotated[bool, typer.Option(
+            "--smoke", help="a seconds-long run (tests): few shapes, 2 ranks only")] = False,
+        reps: Annotated[int | None, typer.Option(help="timed repeats per point")] = None,
+        quiet: Annotated[bool, typer.Option(help="no progress line")] = False,
+    ) -> None:
+        """Microbenchmark the executor's kernels and collectives on this machine, fit the cost
+        model's latency and bandwidth constants (robust least squares, 95% intervals), and
+        write a hardware profile that `planner plan --hardware` takes (provenance and every
+        fit in OUTPUT's .provenance.json beside it)."""
+        from planner.cli_common import fail
+
+        if world_size < 1 or world_size > 64:
+            fail("--world-size must be between 1 and 64", 2)
+        import torch
+
+        if device is CalDevice.cuda:
+            if not torch.cuda.is_available():
+                fail("--device cuda: no CUDA device is visible to torch on this machine "
+                     f"(torch {torch.__version__}); calibrate with --device cpu", 2)
+            if world_size > torch.cuda.device_count():
+                world_size = torch.cuda.device_count()
+        from dataclasses import replace
+
+        from planner.calibration.bench import (
+            BenchConfig,
+            Measurements,
+            bench_collectives,
+            bench_kernels,
+            steps_of,
+        )
+        from planner.calibration.profile import build_profile
+        from planner.errors import BadInputError
+        from planner.spec import HardwareSpec
+        from planner.validation import validate_model
+
+        worlds = tuple(w for w in range(2, world_size + 1)) if world_size >= 2 else ()
+        if smoke:
+            cfg = replace(BenchConfig.smoke(), world_sizes=worlds[:1])
+        elif long:
+            cfg = replace(BenchConfig.long(world_size), world_sizes=worlds)
+        else:
+            # Two world sizes tell a call's latency from a peer's.
+            cfg = replace(BenchConfig(), world_sizes=worlds[:2])
+        if reps is not None:
+            cfg = replace(cfg, reps=max(1, reps))
+        total = steps_of(cfg)
+        done = [0]
+        start = time.monotonic()
+
+        def tick() -> None:
+            done[0] += 1
+            if not quiet:
+                width = 30
+                fill = width * done[0] // max(total, 1)
+                sys.stderr.write(f"\rcalibrate [{'#' * fill}{'.' * (width - fill)}] "
+                                 f"{done[0]}/{total} {time.monotonic() - start:5.1f} s")
+                sys.stderr.flush()
+
+        torch.set_num_threads(1)  # as the executor's ranks run
+        dev = torch.device("cuda", 0) if device is CalDevice.cuda else torch.device("cpu")
+        m = Measurements()
+        bench_kernels(cfg, dev, m, tick)
+        if not cfg.world_sizes:
+            fail("--world-size 1 measures no collective: give 2 or more", 2)
+        if device is CalDevice.cuda and torch.cuda.device_count() < 2:
+            fail("--device cuda: collectives need 2 or more GPUs (all-to-all and all-reduce "
+                 "cannot be measured on one)", 2)
+        try:
+            bench_collectives(cfg, device.value, m, tick)
+        except RuntimeError as exc:
+            fail(f"collective benchmark failed: {exc}", 4)
+        if not quiet:
+            sys.stderr.write("\n")
+        command = "planner " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+        try:
+            spec, provenance = build_profile(preset, m, device.value, command)
+            validate_model(HardwareSpec, spec)
+        except (BadInputError, ValueError) as exc:
+            fail(f"the fitted profile is not valid: {exc}", 1)
+        output.write_text(json.dumps(spec, indent=1) + "\n")
+        side = output.with_suffix(".provenance.json")
+        side.write_text(json.dumps(provenance, indent=1) + "\n")
+        c = spec["constants"]
+        eff = provenance["effective_bandwidth_gb_per_s"]
+        fits = provenance["fits"]
+        print(f"wrote {output} (and {side.name}) in {time.monotonic() - start:.1f} s")
+        print("  effective bandwidths (GB/s): " + ", ".join(
+            f"{k} {v:.3g}" if v else f"{k} not seen (preset's kept)" for k, v in eff.items()))
+        for name in ("piece_overhead_s", "update_launch_s", "a2a_call_latency_s",
+                     "a2a_peer_latency_s", "allreduce_call_latency_s",
+                     "allreduce_hop_latency_s"):
+            fit = fits["kernels"]["constants"].get(name) or \
+                fits["collectives"]["constants"].get(name)
+            lo, hi = fit["ci95"] if fit else (0.0, 0.0)
+            print(f"  {name:26s} {c[name]:.3g} s  (95% {lo:.3g} .. {hi:.3g})")
+        for k in ("kernels", "collectives"):
+            f = fits[k]
+            print(f"  {k} fit: median |rel. residual| {f['rel_residual_median']:.3f}, "
+                  f"p90 {f['rel_residual_p90']:.3f}, {f['points']} points, "
+                  f"{f['outliers']} outliers")

@@ -1,0 +1,151 @@
+"""Fit the named constants from measurements and write them into a hardware profile.
+
+Three fits, each of the cost model's own form (cost.py, latency.py):
+- kernels: lookup t = piece_overhead_s + bytes / eff_hbm_bw and backward
+  t = update_launch_s + bytes / (eff_hbm_bw * backward_efficiency).
+- collectives: all-to-all t = a2a_call + a2a_peer (W - 1) + bytes / eff_link and ring
+  all-reduce t = ar_call + ar_hop 2 (W - 1) + bytes / eff_link, jointly (one link bandwidth:
+  one host's all-reduce runs at eff NVLink, hardware.eff_allreduce_bw). With one world size
+  a call's and a peer's latency cannot be told apart: the peer term is then held at 0.
+
+Bandwidths become efficiencies of the base preset's peak (hbm_efficiency, nvlink_efficiency);
+where the measured bandwidth exceeds the peak, the peak is raised to it and the efficiency is 1.
+"""
+
+import datetime
+import platform
+import socket
+from typing import Any
+
+import numpy as np
+import torch
+
+from planner.calibration.bench import Measurements, to_arrays
+from planner.calibration.fit import FitResult, fit_linear
+from planner.presets import preset_dict
+
+
+def fit_kernels(m: Measurements) -> FitResult:
+    lk = to_arrays(m.lookup, ("bytes", "seconds"))
+    bw = to_arrays(m.backward, ("bytes", "seconds"))
+    z_l, z_b = np.zeros(len(lk)), np.zeros(len(bw))
+    x = np.vstack([np.column_stack([np.ones(len(lk)), z_l, lk[:, 0], z_l]),
+                   np.column_stack([z_b, np.ones(len(bw)), z_b, bw[:, 0]])])
+    t = np.concatenate([lk[:, 1], bw[:, 1]])
+    return fit_linear(x, t, ("piece_overhead_s", "update_launch_s", "inv_hbm_bw",
+                             "inv_backward_bw"))
+
+
+def fit_collectives(m: Measurements) -> FitResult:
+    a2a = to_arrays(m.alltoall, ("world", "bytes", "seconds"))
+    ar = to_arrays(m.allreduce, ("world", "bytes", "seconds"))
+    worlds = set(a2a[:, 0].tolist()) | set(ar[:, 0].tolist())
+    per_peer = len(worlds) > 1
+    rows = []
+    for w, b, _ in a2a:
+        rows.append([1.0, (w - 1) if per_peer else 0.0, 0.0, 0.0, b])
+    for w, b, _ in ar:
+        rows.append([0.0, 0.0, 1.0, 2 * (w - 1) if per_peer else 0.0, b])
+    x = np.array(rows)
+    t = np.concatenate([a2a[:, 2], ar[:, 2]])
+    names = ("a2a_call_latency_s", "a2a_peer_latency_s", "allreduce_call_latency_s",
+             "allreduce_hop_latency_s", "inv_link_bw")
+    keep = [j for j in range(x.shape[1]) if np.any(x[:, j])]
+    fit = fit_linear(x[:, keep], t, tuple(names[j] for j in keep))
+    if per_peer:
+        return fit
+    # Unidentified columns held at 0, with no interval.
+    vals = dict(zip(fit.names, fit.values, strict=True))
+    se = dict(zip(fit.names, fit.stderr, strict=True))
+    ci = dict(zip(fit.names, fit.ci95, strict=True))
+    return FitResult(names=names, values=tuple(vals.get(n, 0.0) for n in names),
+                     stderr=tuple(se.get(n, 0.0) for n in names),
+                     ci95=tuple(ci.get(n, (0.0, 0.0)) for n in names),
+                     rel_residual_median=fit.rel_residual_median,
+                     rel_residual_p90=fit.rel_residual_p90, points=fit.points,
+                     outliers=fit.outliers)
+
+
+# The input format's largest bandwidth (planner/spec/hardware.py GBps), GB/s.
+_MAX_GBPS = 1e6
+
+
+def _efficiency(inv_bw: float, peak_gbs: float) -> tuple[float, float] | None:
+    """(peak, efficiency) whose product is the fitted bandwidth (1 / inv_bw bytes/s); the peak
+    is raised where the fit is faster. None where the data could not see a bandwidth (an
+    inverse bandwidth of 0, or past what the input format takes): the preset's are kept."""
+    if inv_bw <= 0 or not np.isfinite(inv_bw) or 1e-9 / inv_bw > _MAX_GBPS:
+        return None
+    eff_gbs = 1e-9 / inv_bw
+    if eff_gbs > peak_gbs:
+        return eff_gbs, 1.0
+    return peak_gbs, eff_gbs / peak_gbs
+
+
+def build_profile(preset: str, m: Measurements, device: str, command: str
+                  ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(hardware spec dict for --hardware, provenance dict with every fit)."""
+    kern = fit_kernels(m)
+    coll = fit_collectives(m)
+    spec = preset_dict(preset)
+    consts = dict(spec.get("constants", {}))
+    kept: list[str] = []
+    hbm = _efficiency(kern.value("inv_hbm_bw"), float(spec["gpu"]["hbm_bandwidth_gb_per_s"]))
+    if hbm is None:
+        kept.append("hbm_efficiency")
+    else:
+        spec["gpu"] = {**spec["gpu"], "hbm_bandwidth_gb_per_s": hbm[0]}
+        consts["hbm_efficiency"] = hbm[1]
+        # The backward's bandwidth as a share of the forward's (at most 1: a faster
+        # backward than forward is noise, not a finding).
+        inv_b = kern.value("inv_backward_bw")
+        consts["backward_efficiency"] = (max(1e-6, min(1.0, kern.value("inv_hbm_bw") / inv_b))
+                                         if inv_b > 0 else 1.0)
+    link = _efficiency(coll.value("inv_link_bw"), float(spec["links"]["nvlink_gb_per_s"]))
+    if link is None:
+        kept.append("nvlink_efficiency")
+    else:
+        spec["links"] = {**spec["links"], "nvlink_gb_per_s": link[0]}
+        consts["nvlink_efficiency"] = link[1]
+    for fit in (kern, coll):
+        for name, value in zip(fit.names, fit.values, strict=True):
+            if not name.startswith("inv_"):
+                consts[name] = min(float(value), 1.0)
+    spec["constants"] = consts
+    now = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+    host = socket.gethostname()
+    spec["name"] = f"{spec.get('name', preset)}-calibrated-{device}"
+    spec["description"] = (f"{preset} with constants fitted by planner calibrate on {host} "
+                           f"({device}), {now}")
+    spec["sources"] = [
+        *spec.get("sources", []),
+        f"Calibrated: `{command}` on {host}, {now}, torch {torch.__version__}, device "
+        f"{device}; fitted: {', '.join(n for f in (kern, coll) for n in f.names)}.",
+        f"Fit residuals (relative): kernels median {kern.rel_residual_median:.3f}, p90 "
+        f"{kern.rel_residual_p90:.3f} over {kern.points} points; collectives median "
+        f"{coll.rel_residual_median:.3f}, p90 {coll.rel_residual_p90:.3f} over "
+        f"{coll.points} points. Every interval: the provenance file beside this one."
+        + (f" Not seen by the data, kept from {preset}: {', '.join(kept)}." if kept else ""),
+    ]
+    provenance = {
+        "command": command,
+        "date": now,
+        "host": host,
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "gloo": torch.distributed.is_gloo_available(),
+        "device": device,
+        "cuda": (torch.cuda.get_device_name(0) if device == "cuda" else None),
+        "base_preset": preset,
+        "fits": {"kernels": kern.as_dict(), "collectives": coll.as_dict(),
+},
+        "effective_bandwidth_gb_per_s": {
+            k: (1e-9 / v if v > 0 else None) for k, v in (
+                ("hbm", kern.value("inv_hbm_bw")), ("backward", kern.value("inv_backward_bw")),
+                ("link", coll.value("inv_link_bw")))},
+        "kept_from_preset": kept,
+        "measurements": {"lookup": m.lookup, "backward": m.backward,
+                         "alltoall": m.alltoall, "allreduce": m.allreduce},
+    }
+    return spec, provenance
