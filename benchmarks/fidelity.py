@@ -49,7 +49,7 @@ FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "models"
 # The plans scored, kept: CP-SAT may place a table elsewhere on another machine, so the
 # figures are tied to these files (delete one to plan it again).
 PLAN_DIR = RESULTS / "fidelity_plans"
-STEPS = 7  # measured steps per run: the median over them is what is compared
+STEPS = 11  # measured steps per run: the median over them is what is compared
 MAX_WARMUP = 40  # forward-only steps at most (warmup.py sizes them for the caches)
 
 
@@ -154,6 +154,18 @@ def summarize(all_plans: dict[str, dict[str, Any]], clock: str) -> dict[str, Any
     }
 
 
+def code_state() -> dict[str, Any]:
+    """The commit, and which tracked files differ from it (the run measured those too)."""
+    def git(*a: str) -> str:
+        return subprocess.run(["git", *a], capture_output=True, text=True,
+                              cwd=RESULTS.parent.parent).stdout
+
+    # Not stripped: a status line starts with a space (" M path").
+    return {"commit": git("rev-parse", "HEAD").strip(),
+            "modified": [ln[3:] for ln in git("status", "--short", "--untracked-files=no")
+                         .splitlines() if ln.strip()]}
+
+
 def calibrate_available() -> bool:
     exe = shutil.which("planner")
     if exe is None:
@@ -223,6 +235,10 @@ def markdown(body: dict[str, Any]) -> str:
         f"Command: `{body['command']}`. Machine: {body['machine']}; load average "
         f"{body['load_before']} before, {body['load_after']} after; {body['seconds']:.0f} s.",
         "",
+        f"Code: commit {body.get('code', {}).get('commit', '?')[:10]}"
+        + (f" with uncommitted changes to {', '.join(body['code']['modified'])} (other "
+           "sessions' work in progress: the cost model and `planner calibrate` as they "
+           "stood then)" if body.get("code", {}).get("modified") else "") + ".", "",
         "Measured as `planner execute --compare` does (README, Executor): per rank and "
         "phase, compute as the rank thread's own CPU time (one thread per rank), "
         "collectives as wall time after an untimed barrier, medians over "
@@ -291,7 +307,7 @@ def main(argv: list[str] | None = None) -> None:
         "command": COMMAND + (f" --only {' '.join(names)}" if args.only else "")
         + (f" --runs {args.runs}" if args.runs != 2 else ""),
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.platform()}",
-        "load_before": load_before, "steps": STEPS,
+        "load_before": load_before, "steps": STEPS, "code": code_state(),
         "preset": run_set(preset_dict("h100"), "preset", names, args.runs),
     }
     hw = calibrated_hardware()

@@ -166,3 +166,32 @@ def test_buckets_run_one_ring_each_and_match_the_reference(bucket_plan, tmp_path
     again = compare(bucket_plan, rep.ranks, "cpu")
     assert again["plan"]["measured_step_s"] == c["plan"]["measured_step_s"]
     assert isinstance(PhaseTime(), PhaseTime)
+
+
+def test_fidelity_slice_runs_one_stored_plan():
+    """One plan of benchmarks/fidelity.py, run as the benchmark runs it: every check passes
+    (bytes, memory, hit rates), both clocks give a measured step, the summary and the
+    Markdown are made from it."""
+    from benchmarks import fidelity
+
+    name = "rm3_1x4_cache"  # an hbm_cache plan: the warm-up and hit-rate path too
+    path = fidelity.PLAN_DIR / "preset" / f"{name}.plan.json"
+    p = Plan.model_validate_json(path.read_text())
+    r = fidelity.run_plan(name, p)
+    assert not r["checks_failed"], r["checks_failed"]
+    assert r["hit_rate_check"]["ok"]
+    for clock in fidelity.CLOCKS:
+        pl = r["by_clock"][clock]["plan"]
+        assert pl["measured_step_s"] > 0 and pl["predicted_step_s"] > 0
+        assert pl["collective_clock"] == clock
+    r.update(fixture="deeprecsys_rm3", hosts=1, gpus_per_host=4, solver="greedy",
+             kinds=["table_wise/hbm_cache"])
+    sm = fidelity.summarize({name: r}, "wall")
+    assert sm["plans"] == 1 and sm["hit_rate_checks_passed"] == 1
+    text = fidelity.markdown({"command": "c", "machine": "m", "load_before": [0],
+                              "load_after": [0], "seconds": 1.0,
+                              "preset": {"runs": [{"plans": {name: r}, "summary": {
+                                  c: fidelity.summarize({name: r}, c)
+                                  for c in fidelity.CLOCKS}}]},
+                              "calibrated": None, "calibration_note": "not available"})
+    assert name in text and "not available" in text
