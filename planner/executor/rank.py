@@ -171,6 +171,9 @@ class RankExecutor:
         """One step; returns this rank's pooled outputs per table, [b, dim] each."""
         lay, me, b = self.lay, self.rank, self.b
         self.comm.step = step
+        # Barriers before collectives only where time is measured: the forward-only warm-up
+        # (up to hundreds of steps) need not pay for them.
+        self.comm.align = train
         self.timer.new_step()
         batches = {t.index: synthetic.id_batch(self.opts.seed, t.index, t.access, t.rows,
                                                t.pooling, step, me, b) for t in lay.tables}
