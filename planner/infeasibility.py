@@ -19,6 +19,7 @@ them with every tier on and nothing dropped for not fitting):
 every "infeasible" answer.
 """
 
+from collections.abc import Callable
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
@@ -70,9 +71,30 @@ def excess(problem: Problem, c: Candidate) -> tuple[int, str]:
 
 
 
-def table_certificate(problem: Problem, t: TableInfo) -> InfeasibilityCertificate | None:
+# Each table's candidates with every tier, computed once per certificate search: the table,
+# pinned-set and cluster arguments all read them (zionex_12t's 1,000 tables: 3 enumerations
+# took 90 s of a loaded machine's wall time).
+Leanest = Callable[[TableInfo], list[Candidate]]
+
+
+def _enumerator(problem: Problem, known: list[list[Candidate]] | None = None) -> Leanest:
+    """`known`: the tables' every-tier candidates, in table order, when the caller has them."""
+    seen: dict[str, list[Candidate]] = {}
+    if known is not None:
+        seen = {t.name: cs for t, cs in zip(problem.tables, known, strict=True)}
+
+    def every_tier(t: TableInfo) -> list[Candidate]:
+        if t.name not in seen:
+            seen[t.name] = enumerate_candidates(problem, t, slow_tiers=True)
+        return seen[t.name]
+
+    return every_tier
+
+
+def table_certificate(problem: Problem, t: TableInfo, cands: Leanest | None = None
+                      ) -> InfeasibilityCertificate | None:
     """A certificate that this table alone cannot be placed, or None if it can."""
-    if enumerate_candidates(problem, t, slow_tiers=True):
+    if (cands or _enumerator(problem))(t):
         return None
     # No candidate fits an empty cluster, so every one of these has a positive excess.
     every = every_candidate(problem, t)
@@ -102,12 +124,14 @@ def _cap_bytes(problem: Problem, cap: str) -> int:
 _AXES = ("HBM", "DDR", "SSD", "HBM+DDR+SSD")
 
 
-def _lean(problem: Problem, tables: list[TableInfo]) -> tuple[list[int], int]:
+def _lean(problem: Problem, tables: list[TableInfo], cands: Leanest | None = None
+          ) -> tuple[list[int], int]:
     """Per axis, the bytes the tables need at least (each table at its own least on that
     axis), and the candidates seen."""
     need, seen = [0, 0, 0, 0], 0
+    cands = cands or _enumerator(problem)
     for t in tables:
-        every = enumerate_candidates(problem, t, slow_tiers=True)
+        every = cands(t)
         seen += len(every)
         if not every:
             continue
@@ -126,9 +150,9 @@ def _capacity(problem: Problem, ranks: list[int]) -> list[int]:
 
 
 def _set_certificate(problem: Problem, tables: list[TableInfo], ranks: list[int],
-                     kind: CertificateKind, where: str, detail: str
-                     ) -> InfeasibilityCertificate | None:
-    need, seen = _lean(problem, tables)
+                     kind: CertificateKind, where: str, detail: str,
+                     cands: Leanest | None = None) -> InfeasibilityCertificate | None:
+    need, seen = _lean(problem, tables, cands)
     have = _capacity(problem, ranks)
     for axis, n, h in zip(_AXES, need, have, strict=True):
         if n > h:
@@ -155,14 +179,17 @@ def _buffers_certificate(problem: Problem) -> InfeasibilityCertificate | None:
                 f"{len(problem.tables)} tables leave no HBM for pieces: lower the batch"))
 
 
-def capacity_certificate(problem: Problem) -> InfeasibilityCertificate | None:
+def capacity_certificate(problem: Problem, every_tier: list[list[Candidate]] | None = None
+                         ) -> InfeasibilityCertificate | None:
     """The first capacity argument that holds: the step buffers, one table, a pinned set,
-    the whole cluster."""
+    the whole cluster. `every_tier`: each table's candidates with every tier costed (as
+    enumerate_candidates(..., slow_tiers=True) gives them), when the caller has them."""
     cert = _buffers_certificate(problem)
     if cert is not None:
         return cert
+    cands = _enumerator(problem, every_tier)
     for t in problem.tables:
-        cert = table_certificate(problem, t)
+        cert = table_certificate(problem, t, cands)
         if cert is not None:
             return cert
     pin_sets = sorted({tuple(sorted(t.constraints.pinned_ranks)) for t in problem.tables
@@ -171,11 +198,11 @@ def capacity_certificate(problem: Problem) -> InfeasibilityCertificate | None:
         ranks = list(pins)
         cert = _set_certificate(problem, _pinned_inside(problem, ranks), ranks, "pinned-set",
                                 f"ranks {ranks} (their hosts for DDR and SSD)",
-                                "tables pinned inside these ranks, each at its least")
+                                "tables pinned inside these ranks, each at its least", cands)
         if cert is not None:
             return cert
     return _set_certificate(problem, list(problem.tables), list(range(problem.hw.world_size)),
-                            "cluster", "the cluster", "all tables, each at its least")
+                            "cluster", "the cluster", "all tables, each at its least", cands)
 
 
 def describe(cert: InfeasibilityCertificate) -> str:

@@ -97,7 +97,7 @@ def candidates_for(problem: Problem, slow: bool | None = None
     if _short_of_memory(problem, cands):
         if not slow:
             return candidates_for(problem, slow=True)
-        raise _infeasible(problem)
+        raise _infeasible(problem, every_tier=cands)
     return cands, slow
 
 
@@ -107,10 +107,11 @@ def _short_of_memory(problem: Problem, cands: list[list[Candidate]]) -> bool:
     return need > hw.world_size * hw.hbm_cap + hw.hosts * (hw.ddr_cap + hw.ssd_cap)
 
 
-def _infeasible(problem: Problem, cert: InfeasibilityCertificate | None = None
-                ) -> InfeasibleError:
-    """The answer "infeasible", with its certificate (a capacity argument when none given)."""
-    cert = cert or capacity_certificate(problem)
+def _infeasible(problem: Problem, cert: InfeasibilityCertificate | None = None,
+                every_tier: list[list[Candidate]] | None = None) -> InfeasibleError:
+    """The answer "infeasible", with its certificate (a capacity argument when none given;
+    `every_tier`: the tables' every-tier candidates, when already enumerated)."""
+    cert = cert or capacity_certificate(problem, every_tier)
     if cert is None:  # the callers only get here when a capacity argument holds
         raise AssertionError("infeasible without a certificate")
     log.info("infeasible: %s", describe(cert))
