@@ -8,10 +8,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from typer.testing import CliRunner
 
 from planner.calibration.bench import Measurements
 from planner.calibration.fit import fit_linear
 from planner.calibration.profile import build_profile, fit_collectives, fit_kernels
+from planner.cli import app
 from planner.spec import HardwareSpec
 
 # Known constants the synthetic machine runs on (seconds; inverse bandwidths s/byte).
@@ -93,9 +95,8 @@ def test_profile_from_a_fit_is_a_hardware_spec_that_plans(tmp_path: Path) -> Non
     assert prov["fits"]["kernels"]["points"] == 50
     path = tmp_path / "profile.json"
     path.write_text(json.dumps(spec))
-    r = subprocess.run([sys.executable, "-m", "planner.cli", "plan", "deeprecsys_rm1",
-                        "--hardware", str(path)], capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stderr
+    r = CliRunner().invoke(app, ["plan", "deeprecsys_rm1", "--hardware", str(path)])
+    assert r.exit_code == 0, r.output
 
 
 def test_calibrate_command_writes_a_profile_plan_accepts(tmp_path: Path) -> None:
@@ -107,9 +108,8 @@ def test_calibrate_command_writes_a_profile_plan_accepts(tmp_path: Path) -> None
     HardwareSpec.model_validate(json.loads(out.read_text()))
     prov = json.loads(out.with_suffix(".provenance.json").read_text())
     assert prov["device"] == "cpu" and prov["measurements"]["alltoall"]
-    p = subprocess.run([sys.executable, "-m", "planner.cli", "plan", "criteo_kaggle",
-                        "--hardware", str(out)], capture_output=True, text=True, timeout=120)
-    assert p.returncode == 0, p.stderr
+    p = CliRunner().invoke(app, ["plan", "criteo_kaggle", "--hardware", str(out)])
+    assert p.exit_code == 0, p.output
 
 
 def test_calibrate_cuda_refuses_without_a_gpu(tmp_path: Path) -> None:
@@ -117,7 +117,6 @@ def test_calibrate_cuda_refuses_without_a_gpu(tmp_path: Path) -> None:
 
     if torch.cuda.is_available():
         pytest.skip("a CUDA device is present")
-    r = subprocess.run([sys.executable, "-m", "planner.cli", "calibrate", "--device", "cuda",
-                        "-o", str(tmp_path / "x.json")], capture_output=True, text=True,
-                       timeout=120)
-    assert r.returncode == 2 and "no CUDA device" in r.stderr
+    r = CliRunner().invoke(app, ["calibrate", "--device", "cuda", "-o",
+                                 str(tmp_path / "x.json")])
+    assert r.exit_code == 2 and "no CUDA device" in r.output
