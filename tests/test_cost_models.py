@@ -747,15 +747,16 @@ def test_memory_hbm_cache():
     table = make_table(optimizer=Optimizer.ROWWISE_ADAGRAD)
     m = piece_memory(table, Tier.HBM_CACHE, 0.1, 1000, 8, make_hw())
     # cache int(0.1 * 1000) = 100 slots * (32 row + 16 metadata) = 4800 B in HBM;
-    # whole table + state in DDR: 1000 * 36 = 36000
-    assert (m.hbm, m.ddr, m.ssd) == (4800, 36000, 0)
+    # whole table + state in DDR: 1000 * 36 = 36000, plus the eviction policy's int64 per
+    # row (LFU counts, LRU stamps): 1000 * 8 = 8000
+    assert (m.hbm, m.ddr, m.ssd) == (4800, 36000 + 8000, 0)
 
 
 def test_memory_hbm_cache_at_least_one_row():
     table = make_table(optimizer=Optimizer.ROWWISE_ADAGRAD)
     m = piece_memory(table, Tier.HBM_CACHE, 0.0001, 1000, 8, make_hw())
     # int(0.0001 * 1000) = int(0.1) = 0 -> at least 1 slot: 1 * (32 + 16) = 48
-    assert (m.hbm, m.ddr, m.ssd) == (48, 36000, 0)
+    assert (m.hbm, m.ddr, m.ssd) == (48, 36000 + 1000 * 8, 0)  # + the policy's int64 per row
 
 
 def test_memory_ddr():
@@ -768,8 +769,9 @@ def test_memory_ddr():
 def test_memory_ssd():
     table = make_table(optimizer=Optimizer.ROWWISE_ADAGRAD)
     m = piece_memory(table, Tier.SSD, 0.1, 1000, 8, make_hw())
-    # DDR cache: 100 rows * (32 + 4 + 16) = 5200; SSD: whole table + state 36000
-    assert (m.hbm, m.ddr, m.ssd) == (0, 5200, 36000)
+    # DDR cache: 100 rows * (32 + 4 + 16) = 5200, plus the policy's int64 per row of the
+    # piece 1000 * 8 = 8000; SSD: whole table + state 36000
+    assert (m.hbm, m.ddr, m.ssd) == (0, 5200 + 8000, 36000)
 
 
 def test_memory_uses_piece_shape():
@@ -780,7 +782,7 @@ def test_memory_uses_piece_shape():
     assert (m.hbm, m.ddr, m.ssd) == (10000, 0, 0)
     # hbm_cache 20%: int(0.2 * 250) = 50 slots * (8 + 16) = 1200 in HBM, 10000 in DDR
     m = piece_memory(table, Tier.HBM_CACHE, 0.2, 250, 4, make_hw())
-    assert (m.hbm, m.ddr, m.ssd) == (1200, 10000, 0)
+    assert (m.hbm, m.ddr, m.ssd) == (1200, 10000 + 250 * 8, 0)  # + policy int64 per row
 
 
 def test_memory_footprint_adds():
@@ -789,8 +791,8 @@ def test_memory_footprint_adds():
     s = piece_memory(table, Tier.HBM, 0.0, 1000, 8, hw) + piece_memory(
         table, Tier.SSD, 0.1, 1000, 8, hw
     )
-    # (36000, 0, 0) + (0, 5200, 36000)
-    assert (s.hbm, s.ddr, s.ssd) == (36000, 5200, 36000)
+    # (36000, 0, 0) + (0, 5200 + 8000, 36000)
+    assert (s.hbm, s.ddr, s.ssd) == (36000, 13200, 36000)
 
 
 def test_owner_side_wait_by_hand() -> None:
