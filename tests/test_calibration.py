@@ -120,3 +120,16 @@ def test_calibrate_cuda_refuses_without_a_gpu(tmp_path: Path) -> None:
     r = CliRunner().invoke(app, ["calibrate", "--device", "cuda", "-o",
                                  str(tmp_path / "x.json")])
     assert r.exit_code == 2 and "no CUDA device" in r.output
+
+
+def test_one_rank_keeps_the_presets_collective_constants() -> None:
+    # One GPU (or --world-size 1) measures no collective: those constants stay the preset's.
+    m = synthetic(0.02, 0.0)
+    m.alltoall.clear()
+    m.allreduce.clear()
+    spec, prov = build_profile("h100", m, "cuda", "planner calibrate (test)")
+    hw = HardwareSpec.model_validate(spec)
+    assert "a2a_call_latency_s" in prov["kept_from_preset"]
+    assert hw.constants.a2a_call_latency_s == HardwareSpec.model_validate(
+        {**spec, "constants": {}}).constants.a2a_call_latency_s
+    assert hw.constants.update_launch_s == pytest.approx(TRUE["update_launch_s"], rel=0.1)

@@ -98,11 +98,12 @@ def register(app: typer.Typer) -> None:
         dev = torch.device("cuda", 0) if device is CalDevice.cuda else torch.device("cpu")
         m = Measurements()
         bench_kernels(cfg, dev, m, tick)
-        if not cfg.world_sizes:
-            fail("--world-size 1 measures no collective: give 2 or more", 2)
         if device is CalDevice.cuda and torch.cuda.device_count() < 2:
-            fail("--device cuda: collectives need 2 or more GPUs (all-to-all and all-reduce "
-                 "cannot be measured on one)", 2)
+            cfg = replace(cfg, world_sizes=())
+        if not cfg.world_sizes:
+            # All-to-all and all-reduce need two ranks (two GPUs with --device cuda).
+            sys.stderr.write("\nnote: one rank: collectives not measured, their constants "
+                             f"are {preset}'s\n")
         try:
             bench_collectives(cfg, device.value, m, tick)
         except RuntimeError as exc:
@@ -112,13 +113,13 @@ def register(app: typer.Typer) -> None:
         command = "planner " + " ".join(shlex.quote(a) for a in sys.argv[1:])
         try:
             spec, provenance = build_profile(preset, m, device.value, command)
-            validate_model(HardwareSpec, spec)
+            resolved = validate_model(HardwareSpec, spec)
         except (BadInputError, ValueError) as exc:
             fail(f"the fitted profile is not valid: {exc}", 1)
         output.write_text(json.dumps(spec, indent=1) + "\n")
         side = output.with_suffix(".provenance.json")
         side.write_text(json.dumps(provenance, indent=1) + "\n")
-        c = spec["constants"]
+        c = resolved.constants.model_dump()  # the preset's defaults where nothing was fitted
         eff = provenance["effective_bandwidth_gb_per_s"]
         fits = provenance["fits"]
         print(f"wrote {output} (and {side.name}) in {time.monotonic() - start:.1f} s")
@@ -128,11 +129,14 @@ def register(app: typer.Typer) -> None:
                      "a2a_peer_latency_s", "allreduce_call_latency_s",
                      "allreduce_hop_latency_s"):
             fit = fits["kernels"]["constants"].get(name) or \
-                fits["collectives"]["constants"].get(name)
-            lo, hi = fit["ci95"] if fit else (0.0, 0.0)
-            print(f"  {name:26s} {c[name]:.3g} s  (95% {lo:.3g} .. {hi:.3g})")
+                (fits["collectives"] or {"constants": {}})["constants"].get(name)
+            interval = f"95% {fit['ci95'][0]:.3g} .. {fit['ci95'][1]:.3g}" if fit else \
+                f"{preset}'s"
+            print(f"  {name:26s} {c[name]:.3g} s  ({interval})")
         for k in ("kernels", "collectives"):
             f = fits[k]
+            if f is None:
+                continue
             print(f"  {k} fit: median |rel. residual| {f['rel_residual_median']:.3f}, "
                   f"p90 {f['rel_residual_p90']:.3f}, {f['points']} points, "
                   f"{f['outliers']} outliers")

@@ -86,7 +86,8 @@ def build_profile(preset: str, m: Measurements, device: str, command: str
                   ) -> tuple[dict[str, Any], dict[str, Any]]:
     """(hardware spec dict for --hardware, provenance dict with every fit)."""
     kern = fit_kernels(m)
-    coll = fit_collectives(m)
+    # One rank (or one GPU) measures no collective: their constants stay the preset's.
+    coll = fit_collectives(m) if m.alltoall and m.allreduce else None
     spec = preset_dict(preset)
     consts = dict(spec.get("constants", {}))
     kept: list[str] = []
@@ -101,13 +102,18 @@ def build_profile(preset: str, m: Measurements, device: str, command: str
         inv_b = kern.value("inv_backward_bw")
         consts["backward_efficiency"] = (max(1e-6, min(1.0, kern.value("inv_hbm_bw") / inv_b))
                                          if inv_b > 0 else 1.0)
-    link = _efficiency(coll.value("inv_link_bw"), float(spec["links"]["nvlink_gb_per_s"]))
+    link = (_efficiency(coll.value("inv_link_bw"), float(spec["links"]["nvlink_gb_per_s"]))
+            if coll else None)
     if link is None:
         kept.append("nvlink_efficiency")
     else:
         spec["links"] = {**spec["links"], "nvlink_gb_per_s": link[0]}
         consts["nvlink_efficiency"] = link[1]
-    for fit in (kern, coll):
+    fits = [f for f in (kern, coll) if f is not None]
+    if coll is None:
+        kept += ["a2a_call_latency_s", "a2a_peer_latency_s", "allreduce_call_latency_s",
+                 "allreduce_hop_latency_s"]
+    for fit in fits:
         for name, value in zip(fit.names, fit.values, strict=True):
             if not name.startswith("inv_"):
                 consts[name] = min(float(value), 1.0)
@@ -120,11 +126,11 @@ def build_profile(preset: str, m: Measurements, device: str, command: str
     spec["sources"] = [
         *spec.get("sources", []),
         f"Calibrated: `{command}` on {host}, {now}, torch {torch.__version__}, device "
-        f"{device}; fitted: {', '.join(n for f in (kern, coll) for n in f.names)}.",
-        f"Fit residuals (relative): kernels median {kern.rel_residual_median:.3f}, p90 "
-        f"{kern.rel_residual_p90:.3f} over {kern.points} points; collectives median "
-        f"{coll.rel_residual_median:.3f}, p90 {coll.rel_residual_p90:.3f} over "
-        f"{coll.points} points. Every interval: the provenance file beside this one."
+        f"{device}; fitted: {', '.join(n for f in fits for n in f.names)}.",
+        "Fit residuals (relative): " + "; ".join(
+            f"{k} median {f.rel_residual_median:.3f}, p90 {f.rel_residual_p90:.3f} over "
+            f"{f.points} points" for k, f in (("kernels", kern), ("collectives", coll))
+            if f is not None) + ". Every interval: the provenance file beside this one."
         + (f" Not seen by the data, kept from {preset}: {', '.join(kept)}." if kept else ""),
     ]
     provenance = {
@@ -136,14 +142,15 @@ def build_profile(preset: str, m: Measurements, device: str, command: str
         "torch": torch.__version__,
         "gloo": torch.distributed.is_gloo_available(),
         "device": device,
-        "cuda": (torch.cuda.get_device_name(0) if device == "cuda" else None),
+        "cuda": (torch.cuda.get_device_name(0)
+                 if device == "cuda" and torch.cuda.is_available() else None),
         "base_preset": preset,
-        "fits": {"kernels": kern.as_dict(), "collectives": coll.as_dict(),
-},
+        "fits": {"kernels": kern.as_dict(),
+                 "collectives": coll.as_dict() if coll else None},
         "effective_bandwidth_gb_per_s": {
             k: (1e-9 / v if v > 0 else None) for k, v in (
                 ("hbm", kern.value("inv_hbm_bw")), ("backward", kern.value("inv_backward_bw")),
-                ("link", coll.value("inv_link_bw")))},
+                ("link", coll.value("inv_link_bw") if coll else 0.0))},
         "kept_from_preset": kept,
         "measurements": {"lookup": m.lookup, "backward": m.backward,
                          "alltoall": m.alltoall, "allreduce": m.allreduce},
