@@ -67,9 +67,12 @@ def test_whole_run_deadline_names_the_hung_rank(tmp_path: Path) -> None:
     deadline ends it and names the rank with the least progress."""
     run_dir = tmp_path / "deadline"
     run_dir.mkdir()
-    opts = RunOptions(steps=4, fault="hang:3:1", collective_timeout_s=600.0)
+    # One warm-up step (the plan's caches would ask for ~29) and a deadline that lets the
+    # other ranks reach the hung step even on a loaded 2-core machine (at load 7 three
+    # ranks were still starting at 8 s, and all three had "the least progress").
+    opts = RunOptions(steps=4, fault="hang:3:1", collective_timeout_s=600.0, warmup_steps=1)
     with pytest.raises(RankFailure) as info:
-        execute(all_types_plan(batch=8), opts, run_dir=run_dir, timeout_s=8.0,
+        execute(all_types_plan(batch=8), opts, run_dir=run_dir, timeout_s=25.0,
                 reference=False)
     assert info.value.ranks == [3]
     assert "hung" in str(info.value)
