@@ -321,11 +321,7 @@ class RankExecutor:
     def _exchange(self, name: str, items: list[Item], payload: Callable[[Item], torch.Tensor],
                   precision: CommPrecision, backward: bool) -> dict[tuple[str, int], torch.Tensor]:
         """Send every item this rank sends (src, or dst when `backward`), receive the others,
-        one all-to-all; returns the received blocks by (piece key, tag), dequantized. No call
-        when no rank sends anything (`items` is the layout's, the same on every rank: a plan
-        without table-row-wise or grid tables has no host stage), as no library makes one."""
-        if not items:
-            return {}
+        one all-to-all; returns the received blocks by (piece key, tag), dequantized."""
         me, w = self.rank, self.lay.world
         send: list[list[torch.Tensor]] = [[] for _ in range(w)]
         expect: list[list[Item]] = [[] for _ in range(w)]
