@@ -16,7 +16,7 @@ from cost_models.geometry import ModelGeom, TableGeom, cache_rows
 from cost_models.hardware import HardwareProfile
 from cost_models.sizes import comm_row_bytes, optimizer_state_row_bytes, weight_row_bytes
 from cost_models.types import ShardingType, Tier
-from cost_models.unique_rows import piece_unique_rows
+from cost_models.unique_rows import piece_unique_rows, unique_rows, unique_rows_hot
 
 # Bytes per element of the pooled gradients the backward reads (fp32, as the executor's).
 GRAD_BYTES = 4
@@ -73,6 +73,18 @@ def hit_rate(table: TableGeom, tier: Tier, cache_ratio: float, piece_rows: int) 
     return policy_hit_rate(table.access, table.cache_policy, equivalent, table.rows)
 
 
+def _unique_hit(table: TableGeom, cache_ratio: float, piece_rows: int,
+                table_lookups: float) -> float:
+    """Share of a batch's distinct rows that a piece's cache holds: its rows read on the
+    table's curve as hit_rate reads them, the hottest `equivalent` rows of the table."""
+    all_rows = unique_rows(table.access, table.rows, table_lookups)
+    if all_rows <= 0:
+        return 1.0
+    equivalent = cache_rows(cache_ratio, piece_rows) * table.rows // piece_rows
+    return min(1.0, unique_rows_hot(table.access, table.rows, table_lookups, equivalent)
+               / all_rows)
+
+
 def piece_traffic(
     table: TableGeom,
     kind: ShardingType,
@@ -112,10 +124,12 @@ def piece_traffic(
         hbm_fwd, hbm_bwd, host, ssd = fwd + ids_read, bwd, 0.0, 0.0
     elif tier is Tier.HBM_CACHE:
         # The cache holds weight rows only; optimizer state stays in DDR (memory.py).
-        # Misses among the distinct rows taken at the per-lookup rate (a hot row, counted
-        # once, is likelier cached: this over-counts the backward's misses a little).
-        hbm_fwd, hbm_bwd = h * fwd + ids_read, h * bwd_w + grad_reads
-        host = (1.0 - h) * (fwd + bwd_w) + bwd_s
+        # The backward updates each distinct row once: in the cache for those among the rows
+        # it holds (the hottest, as LFU settles; LRU's are taken alike), over PCIe for the
+        # rest. Distinct rows miss more often than lookups do: a hot row counts once.
+        h_u = _unique_hit(table, cache_ratio, piece_rows, samples * table.pooling)
+        hbm_fwd, hbm_bwd = h * fwd + ids_read, h_u * bwd_w + grad_reads
+        host = (1.0 - h) * fwd + (1.0 - h_u) * bwd_w + bwd_s
         ssd = 0.0
     else:
         hbm_fwd, hbm_bwd = ids_read, grad_reads

@@ -39,3 +39,18 @@ def piece_unique_rows(access: AccessModel, rows: int, table_lookups: float,
     (access.py), so the piece's rows are a random `share` of the table's, each touched with
     the probability it has in the whole table."""
     return share * unique_rows(access, rows, table_lookups)
+
+
+@functools.lru_cache(maxsize=65536)
+def unique_rows_hot(access: AccessModel, rows: int, lookups: float, hot: int) -> float:
+    """Of `unique_rows(access, rows, lookups)`, those among the `hot` most-accessed rows:
+    what a cache holding them (LFU's steady state) serves in the backward. rate_groups lists
+    the hottest rows first (uniform: one group; zipf by rank; a curve by its segments)."""
+    if rows <= 0 or lookups <= 0 or hot <= 0:
+        return 0.0
+    p, n = rate_groups(access, rows)
+    # Rows of each group inside the hot set: whole groups first, then part of the next.
+    before = np.concatenate([[0.0], np.cumsum(n)[:-1]])
+    inside = np.clip(float(min(hot, rows)) - before, 0.0, n)
+    touched = -np.expm1(lookups * np.log1p(-np.minimum(p, 1.0)))
+    return float(np.sum(inside * touched))

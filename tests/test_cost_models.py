@@ -127,10 +127,11 @@ def uniq(rows, table_lookups, share=1.0):
     return share * rows * (1 - (1 - 1 / rows) ** table_lookups)
 
 
-def uniq_zipf(rows, alpha, table_lookups):
-    """sum_i 1 - (1 - p_i)^k over a zipf table, from a plain loop."""
+def uniq_zipf(rows, alpha, table_lookups, hot=None):
+    """sum_i 1 - (1 - p_i)^k over a zipf table (or its `hot` hottest rows), a plain loop."""
     total = sum(k ** -alpha for k in range(1, rows + 1))
-    return sum(1 - (1 - k ** -alpha / total) ** table_lookups for k in range(1, rows + 1))
+    top = rows if hot is None else hot
+    return sum(1 - (1 - k ** -alpha / total) ** table_lookups for k in range(1, top + 1))
 
 
 def check_traffic(t, **expected):
@@ -503,6 +504,7 @@ def test_tier_hbm_cache():
     # h = 0.25 (uniform: int(0.25 * 1000) = 250 of 1000 rows)
     # cache holds weight rows only; optimizer state stays in DDR:
     # hbm_fwd = 0.25 * 5120 + 1280 = 2560; hbm_bwd = 0.25 * U * 64 (weights) + 5120
+    # (uniform: a quarter of the distinct rows are cached, as of the lookups)
     # host = 0.75 * (5120 + U * 64) + U * 8 (all state read + write)
     u = uniq(1000, 160)
     check_traffic(t, lookups=160, hbm_fwd=2560, hbm_bwd=0.25 * u * 64 + 5120,
@@ -544,14 +546,17 @@ def test_tier_hbm_cache_zipf_uses_curve():
     h = sum(k ** -alpha for k in range(1, 101)) / sum(k ** -alpha for k in range(1, 1001))
     table = make_table(access=ZipfAccess(alpha))  # SGD, row 32 B
     t = traffic(table, ShardingType.TABLE_WISE, tier=Tier.HBM_CACHE, cache_ratio=0.1)
-    # fwd rows 5120, ids 1280, weight bwd U * 2 * 32 over the distinct rows, gradient reads
-    # 5120, SGD state 0 B -> 0 in DDR
+    # fwd rows 5120, ids 1280, weight bwd U * 2 * 32 over the distinct rows, of which the
+    # cache holds those among its 100 hottest rows (h_u of them), gradient reads 5120, SGD
+    # state 0 B -> 0 in DDR
     u = uniq_zipf(1000, alpha, 160)
+    h_u = uniq_zipf(1000, alpha, 160, hot=100) / u
+    assert h_u < h  # a hot row is looked up often but updated once
     check_traffic(
         t,
         hbm_fwd=h * 5120 + 1280,
-        hbm_bwd=h * u * 64 + 5120,
-        host=(1 - h) * (5120 + u * 64) + 0,
+        hbm_bwd=h_u * u * 64 + 5120,
+        host=(1 - h) * 5120 + (1 - h_u) * u * 64 + 0,
     )
 
 
@@ -564,11 +569,12 @@ def test_tier_hbm_cache_zipf_state_in_ddr():
     # fwd rows 160 * 32 = 5120, ids 1280, weight bwd U * 2 * 32, gradient reads 5120,
     # state bwd U * 2 * 64 always over PCIe (state is not cached)
     u = uniq_zipf(1000, alpha, 160)
+    h_u = uniq_zipf(1000, alpha, 160, hot=100) / u
     check_traffic(
         t,
         hbm_fwd=h * 5120 + 1280,
-        hbm_bwd=h * u * 64 + 5120,
-        host=(1 - h) * (5120 + u * 64) + u * 128,
+        hbm_bwd=h_u * u * 64 + 5120,
+        host=(1 - h) * 5120 + (1 - h_u) * u * 64 + u * 128,
         ssd=0,
     )
 

@@ -16,7 +16,7 @@ from cost_models import (
     traffic_cost,
 )
 from cost_models.traffic import PieceTraffic
-from cost_models.unique_rows import piece_unique_rows, unique_rows
+from cost_models.unique_rows import piece_unique_rows, unique_rows, unique_rows_hot
 from planner import plan
 from planner.check import check_plan
 from planner.executor import kernels
@@ -136,3 +136,18 @@ def test_plan_figures_and_checker_carry_the_latency() -> None:
     d["plan_hash"] = plan_hash_of(d)
     errs = check_plan(Plan.model_validate(d)).errors
     assert any(e.startswith("gpus[1].cost.input_a2a_s") for e in errs), errs[:3]
+
+
+def test_unique_rows_among_the_hottest_against_monte_carlo() -> None:
+    # What an LFU cache of the 200 hottest rows serves of the backward's distinct rows.
+    rows, alpha, k, hot = 2000, 1.1, 1500, 200
+    p = np.arange(1, rows + 1, dtype=np.float64) ** -alpha
+    p /= p.sum()
+    rng = np.random.default_rng(7)
+    counts = [np.unique(d[d < hot]).size for d in
+              (rng.choice(rows, size=k, p=p) for _ in range(300))]
+    mean, se = float(np.mean(counts)), float(np.std(counts) / math.sqrt(300))
+    model = unique_rows_hot(ZipfAccess(alpha), rows, float(k), hot)
+    assert abs(model - mean) <= 4 * se + 1e-9, (model, mean, se)
+    assert unique_rows_hot(UniformAccess(), 1000, 800.0, 250) == pytest.approx(
+        0.25 * unique_rows(UniformAccess(), 1000, 800.0))
