@@ -14,10 +14,14 @@ per sample owner from the executor's own tensors (planner/executor/rank.py, kern
 bound on the step's peak over its phases (see StepBuffers).
 """
 
+import functools
 import itertools
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
+from cost_models.access import AccessModel, ZipfAccess, generalized_harmonic
 from cost_models.geometry import ModelGeom, TableGeom, cache_rows
 from cost_models.hardware import HardwareProfile
 from cost_models.sizes import comm_row_bytes, optimizer_state_row_bytes, weight_row_bytes
@@ -206,6 +210,39 @@ def _id_bound(table: TableGeom, batch: int, ranks: int, piece_rows: int) -> int:
 _DISTINCT_BUCKETS = 64
 
 
+def _shares(access: AccessModel, edges: list[int], rows: int) -> list[float]:
+    """The access curve at each edge (ascending row counts), as access.hit_rate(k, rows)
+    gives it; for a zipf curve all edges at once: the first _EM_HEAD terms summed exactly,
+    beyond them the Euler-Maclaurin form access.py uses past its exact limit (relative error
+    under 1e-12). 64 exact sums of up to 100,000 terms per table made candidates_for 4x
+    slower."""
+    if not isinstance(access, ZipfAccess):
+        return [access.hit_rate(k, rows) for k in edges]
+    a = access.alpha
+    ks = np.asarray(edges, dtype=np.float64)
+    head_n = int(min(edges[-1], _EM_HEAD))
+    prefix = np.cumsum(np.arange(1, head_n + 1, dtype=np.float64) ** -a)
+    h = np.zeros(len(ks))
+    small = ks <= head_n
+    h[small] = prefix[ks[small].astype(np.int64) - 1]
+    big = ~small
+    if big.any():
+        m, n = float(_EM_HEAD), ks[big]
+        if math.isclose(a, 1.0):
+            integral = np.log(n / m)
+        else:
+            integral = (n ** (1 - a) - m ** (1 - a)) / (1 - a)
+        h[big] = (prefix[-1] - m ** -a + integral + (m ** -a + n ** -a) / 2
+                  + a * (m ** (-a - 1) - n ** (-a - 1)) / 12)
+    total = generalized_harmonic(rows, a)
+    return np.clip(h / total, 0.0, 1.0).tolist()
+
+
+_EM_HEAD = 1_000
+
+
+# Called once per piece shape and tier with the same arguments (TableGeom is frozen).
+@functools.lru_cache(maxsize=1 << 16)
 def distinct_rows_bound(table: TableGeom, n_ids: int) -> int:
     """Distinct rows among `n_ids` ids drawn from the table's access curve, at most (with
     high probability): E[distinct] = sum over rows of 1 - (1 - p_row)^n, computed over
@@ -217,10 +254,10 @@ def distinct_rows_bound(table: TableGeom, n_ids: int) -> int:
         return 0
     edges = sorted({0, rows, *(min(rows, round(rows ** (i / _DISTINCT_BUCKETS)))
                                for i in range(_DISTINCT_BUCKETS + 1))})
+    shares = _shares(table.access, edges[1:], rows)
     expected = 0.0
     prev_share = 0.0
-    for k0, k1 in itertools.pairwise(edges):
-        share = table.access.hit_rate(k1, rows)
+    for (k0, k1), share in zip(itertools.pairwise(edges), shares, strict=True):
         p = min(max(share - prev_share, 0.0) / (k1 - k0), 1.0)
         prev_share = share
         # (k1 - k0) rows, each missed by all n ids with probability (1 - p)^n
