@@ -9,6 +9,8 @@ from planner.presets import fixture_names
 from tests.conftest import fixture_request
 
 HOSTS = (1, 2, 4, 16)
+# zionex_12t host counts left to the benchmarks (the suite's time budget, issue 18).
+_SLOW_12T = (4, 16)
 
 
 def test_all_fixtures_are_listed() -> None:
@@ -18,6 +20,10 @@ def test_all_fixtures_are_listed() -> None:
 @pytest.mark.parametrize("hosts", HOSTS)
 @pytest.mark.parametrize("fixture", fixture_names())
 def test_fixture_plan_checks_and_is_deterministic(fixture: str, hosts: int) -> None:
+    if fixture == "zionex_12t" and hosts in _SLOW_12T:
+        pytest.skip("zionex_12t plans take 20-40 CPU s each: checked here on 1 and 2 hosts "
+                    "and 16 ZionEX hosts; 4 and 16 h100 hosts are planned by "
+                    "benchmarks/plan_quality")
     req = fixture_request(fixture, hosts)
     if fixture == "zionex_12t" and hosts == 1:
         # 48 TB of fp32 weights cannot fit one host's 0.6 TB HBM + 1.8 TB DDR + 30.7 TB SSD.
