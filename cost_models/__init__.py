@@ -11,6 +11,7 @@ from cost_models.memory import (
     owner_buffers,
     piece_buffers,
     piece_memory,
+    placed_piece_buffers,
 )
 from cost_models.placement import owner_wait, piece_sides
 from cost_models.traffic import PieceTraffic, hit_rate, piece_traffic
@@ -44,6 +45,7 @@ __all__ = [
     "piece_memory",
     "piece_sides",
     "piece_traffic",
+    "placed_piece_buffers",
     "step_fixed",
     "traffic_cost",
 ]

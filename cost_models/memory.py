@@ -25,7 +25,7 @@ from cost_models.access import AccessModel, ZipfAccess, generalized_harmonic
 from cost_models.geometry import ModelGeom, TableGeom, cache_rows
 from cost_models.hardware import HardwareProfile
 from cost_models.sizes import comm_row_bytes, optimizer_state_row_bytes, weight_row_bytes
-from cost_models.types import CommPrecision, Optimizer, Tier
+from cost_models.types import CommPrecision, Optimizer, ShardingType, Tier
 
 # A cached piece's eviction-policy state: one int64 per row, in host memory.
 POLICY_STATE_BYTES_PER_ROW = 8
@@ -329,6 +329,22 @@ def piece_buffers(table: TableGeom, data_parallel: bool, piece_rows: int, piece_
                        + CACHE_ADMISSION_PER_DISTINCT * u) * DEVICE_INDEX_BYTES
                       if cache_slots else 0))
 
+
+
+
+def placed_piece_buffers(table: TableGeom, kind: ShardingType, tier: Tier, cache_ratio: float,
+                         piece_rows: int, piece_cols: int, hw: HardwareProfile,
+                         model: ModelGeom) -> StepBuffers:
+    """piece_buffers with what the piece's sharding and tier add: a table-row-wise or grid
+    piece gathers the hosts x b samples' gradients of its host stage, a cached piece
+    re-admits its slots after the step. The planner, the plan's per-GPU figures, the checker
+    and the executor's prediction all count a piece's buffers through this."""
+    host_reduced = kind in (ShardingType.TABLE_ROW_WISE, ShardingType.GRID)
+    cached = tier in (Tier.HBM_CACHE, Tier.SSD)
+    return piece_buffers(table, kind is ShardingType.DATA_PARALLEL, piece_rows, piece_cols,
+                         hw.world_size, model,
+                         hw.hosts * model.batch_per_gpu if host_reduced else 0,
+                         cache_rows(cache_ratio, piece_rows) if cached else 0)
 
 def owner_buffers(tables: list[TableGeom], model: ModelGeom,
                   data_parallel: list[bool] | None = None,

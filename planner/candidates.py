@@ -16,10 +16,10 @@ from cost_models import (
     MemoryFootprint,
     ShardingType,
     Tier,
-    piece_buffers,
     piece_memory,
     piece_sides,
     piece_traffic,
+    placed_piece_buffers,
     traffic_cost,
 )
 from planner.problem import Problem, TableInfo
@@ -187,7 +187,7 @@ class _Coster:
         self.p, self.t = problem, t
         self.shapes: dict[tuple[ShardingType, Tier, float, int, int], tuple[float, ...]] = {}
         self.figures: dict[tuple[ShardingType, Tier, float, int, int], tuple[float, ...]] = {}
-        self.buffers: dict[tuple[bool, int, int], int] = {}
+        self.buffers: dict[tuple[bool, bool, float | None, int, int], int] = {}
         self.memory: dict[tuple[Tier, float, int, int], MemoryFootprint] = {}
         self.arrays: dict[tuple[ShardingType, Tier, float, tuple[int, ...]],
                           tuple[np.ndarray, ...]] = {}
@@ -200,11 +200,16 @@ class _Coster:
         if found is not None:
             return found
         p, t = self.p, self.t
-        dp = kind is ShardingType.DATA_PARALLEL
-        buf = self.buffers.get((dp, rows, cols))
+        # Buffers differ by data-parallel, host-reduced (table-row-wise, grid) and by the
+        # cache's slots (cached tiers): the key holds what they read.
+        cached = tier in (Tier.HBM_CACHE, Tier.SSD)
+        bkey = (kind is ShardingType.DATA_PARALLEL,
+                kind in (ShardingType.TABLE_ROW_WISE, ShardingType.GRID),
+                ratio if cached else None, rows, cols)
+        buf = self.buffers.get(bkey)
         if buf is None:
-            buf = self.buffers[(dp, rows, cols)] = piece_buffers(
-                t.geom, dp, rows, cols, p.hw.world_size, p.model).total
+            buf = self.buffers[bkey] = placed_piece_buffers(
+                t.geom, kind, tier, ratio, rows, cols, p.hw, p.model).total
         m = self.memory.get((tier, ratio, rows, cols))
         if m is None:
             m = self.memory[(tier, ratio, rows, cols)] = piece_memory(

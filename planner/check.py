@@ -36,11 +36,11 @@ from cost_models import (
     ShardingType,
     Tier,
     owner_wait,
-    piece_buffers,
     piece_cost,
     piece_memory,
     piece_sides,
     piece_traffic,
+    placed_piece_buffers,
 )
 from planner.hashing import plan_hash_of
 from planner.plan_model import Plan, TablePlan
@@ -183,8 +183,8 @@ def check_plan(plan: Plan, strict: bool = False, proof_budget: float | None = No
         ratio = tp.cache_ratio if tp.cache_ratio is not None else 1.0
         for p in tp.pieces:
             m = piece_memory(t.geom, tp.tier, ratio, p.row_count, p.col_count, hw)
-            buf = piece_buffers(t.geom, tp.sharding_type is ShardingType.DATA_PARALLEL,
-                                p.row_count, p.col_count, w, model).total
+            buf = placed_piece_buffers(t.geom, tp.sharding_type, tp.tier, ratio, p.row_count,
+                                       p.col_count, hw, model).total
             hbm[p.rank] += m.hbm + buf
             buffers[p.rank] += buf
             ddr_gpu[p.rank] += m.ddr

@@ -16,10 +16,10 @@ from cost_models import (
     ShardingType,
     Tier,
     owner_wait,
-    piece_buffers,
     piece_memory,
     piece_sides,
     piece_traffic,
+    placed_piece_buffers,
     step_fixed,
     traffic_cost,
 )
@@ -126,8 +126,8 @@ def shape_figures(problem: Problem, info: TableInfo, kind: ShardingType, tier: T
     traffic = piece_traffic(info.geom, kind, tier, ratio, rows, cols, hw, problem.model)
     c = traffic_cost(traffic, hw)
     m = piece_memory(info.geom, tier, ratio, rows, cols, hw)
-    buf = piece_buffers(info.geom, kind is ShardingType.DATA_PARALLEL, rows, cols,
-                        hw.world_size, problem.model).total
+    buf = placed_piece_buffers(info.geom, kind, tier, ratio, rows, cols, hw,
+                               problem.model).total
     inter, rate = piece_sides(traffic)
     return [c.lookup, c.backward, c.cache_miss, c.input_a2a, c.output_a2a, c.allreduce,
             m.hbm + buf, m.ddr, m.ssd, *inter.tolist(), *rate.tolist(), buf]

@@ -4,12 +4,18 @@ configuration that runs (the scaled plan)."""
 
 from dataclasses import dataclass, field
 
-from cost_models import ShardingType, Tier, cache_rows, hit_rate, piece_memory, piece_traffic
+from cost_models import (
+    ShardingType,
+    Tier,
+    hit_rate,
+    piece_memory,
+    piece_traffic,
+    placed_piece_buffers,
+)
 from cost_models.memory import (
     StepBuffers,
     host_reduce_index_bytes,
     owner_buffers,
-    piece_buffers,
     step_peak,
 )
 from planner.plan_model import Plan
@@ -73,13 +79,8 @@ def predict(plan: Plan) -> tuple[list[RankPrediction], list[PiecePrediction]]:
             rp.memory["hbm"] += m.hbm
             rp.memory["ddr"] += m.ddr
             rp.memory["ssd"] += m.ssd
-            host_reduced = tp.sharding_type in (ShardingType.TABLE_ROW_WISE, ShardingType.GRID)
-            bufs[p.rank].append(piece_buffers(
-                geom, tp.sharding_type is ShardingType.DATA_PARALLEL, p.row_count,
-                p.col_count, hw.world_size, model,
-                hw.hosts * model.batch_per_gpu if host_reduced else 0,
-                cache_rows(ratio, p.row_count) if tp.tier in (Tier.HBM_CACHE, Tier.SSD)
-                else 0))
+            bufs[p.rank].append(placed_piece_buffers(geom, tp.sharding_type, tp.tier, ratio,
+                                                     p.row_count, p.col_count, hw, model))
             cached = tp.tier in (Tier.HBM_CACHE, Tier.SSD)
             pieces.append(PiecePrediction(
                 key=f"{ti}.{j}", table=tp.name, kind=tp.sharding_type.value, tier=tp.tier.value,
