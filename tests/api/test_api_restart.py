@@ -5,6 +5,7 @@ is failed with the reason, and asking for it again re-runs it (here into the per
 time limit)."""
 
 import signal
+import time
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,15 @@ LONG_REQUEST = {"model": fixture_model("hugectr_510"), "hardware": {"preset": "h
 
 def _kill_while_running(server: LiveServer, client: httpx.Client, job_id: str,
                         attempt: int, sig: signal.Signals) -> dict[str, Any]:
-    job = wait_job(client, job_id, 60, until=("running", "succeeded", "failed"))
+    # A job still leased by a killed server reads "running" with the old attempt count until
+    # the lease expires and this server claims it: wait for this attempt's claim.
+    deadline = time.monotonic() + 60
+    while True:
+        job = wait_job(client, job_id, 60, until=("running", "succeeded", "failed"))
+        if job["status"] != "running" or job["attempts"] >= attempt:
+            break
+        assert time.monotonic() < deadline, job
+        time.sleep(0.05)
     assert job["status"] == "running" and job["attempts"] == attempt, job
     server.kill(sig)
     return job
