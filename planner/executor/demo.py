@@ -29,7 +29,6 @@ def _split(rows: int, ranks: list[int], col0: int, cols: int) -> list[dict[str, 
 
 
 def all_types_plan(fwd: str = "fp32", bwd: str = "fp32", batch: int = 32) -> Plan:
-    from planner.planning import evaluate
 
     uni: dict[str, Any] = {"kind": "uniform"}
     tables = [
@@ -60,17 +59,7 @@ def all_types_plan(fwd: str = "fp32", bwd: str = "fp32", batch: int = 32) -> Pla
         ("zipf_cache", "table_wise", "hbm_cache", 0.1, [_piece(2, 0, 2000, 0, 4)]),
         ("zipf_ssd", "table_wise", "ssd", 0.1, [_piece(3, 0, 1000, 0, 4)]),
     ]
-    hw = preset_dict("h100")
-    hw.update(hosts=HOSTS, gpus_per_host=GPUS_PER_HOST)
-    request = {
-        "model": {"name": "executor-demo", "batch_size_per_gpu": batch,
-                  "fwd_comm_precision": fwd, "bwd_comm_precision": bwd, "tables": tables},
-        "hardware": hw,
-    }
-    layout = {"request": request, "tables": [
-        {"name": n, "sharding_type": k, "tier": tier, "cache_ratio": ratio, "pieces": ps}
-        for n, k, tier, ratio, ps in plans]}
-    return evaluate(PlanLayout.model_validate(layout))
+    return _evaluated("executor-demo", HOSTS, GPUS_PER_HOST, batch, fwd, bwd, tables, plans)
 
 
 def small_plan(fwd: str = "fp32", bwd: str = "fp32", batch: int = 8) -> Plan:
@@ -78,7 +67,6 @@ def small_plan(fwd: str = "fp32", bwd: str = "fp32", batch: int = 8) -> Plan:
     data-parallel), table-, column- and row-wise pieces, hbm, ddr and an LFU/LRU-cached tier,
     fp16 storage, several pieces per rank. What the mutation suite and the CLI failure tests
     run: a launch takes about a second."""
-    from planner.planning import evaluate
 
     uni: dict[str, Any] = {"kind": "uniform"}
     tables = [
@@ -107,10 +95,19 @@ def small_plan(fwd: str = "fp32", bwd: str = "fp32", batch: int = 8) -> Plan:
         ("tw_cache", "table_wise", "hbm_cache", 0.25, [piece(1, 0, 80, 0, 4)]),
         ("tw_fp16", "table_wise", "hbm", None, [piece(0, 0, 24, 0, 4)]),
     ]
+    return _evaluated("executor-small", 1, 2, batch, fwd, bwd, tables, plans)
+
+
+def _evaluated(name: str, hosts: int, gpus_per_host: int, batch: int, fwd: str, bwd: str,
+               tables: list[dict[str, Any]], plans: list[tuple[Any, ...]]) -> Plan:
+    """The plan of hand-placed `plans` (name, sharding, tier, cache ratio, pieces) of
+    `tables` on h100 hosts, scored by planning.evaluate."""
+    from planner.planning import evaluate  # imported on use, as the builders did
+
     hw = preset_dict("h100")
-    hw.update(hosts=1, gpus_per_host=2)
+    hw.update(hosts=hosts, gpus_per_host=gpus_per_host)
     request = {
-        "model": {"name": "executor-small", "batch_size_per_gpu": batch,
+        "model": {"name": name, "batch_size_per_gpu": batch,
                   "fwd_comm_precision": fwd, "bwd_comm_precision": bwd, "tables": tables},
         "hardware": hw,
     }
