@@ -4,7 +4,7 @@ The greedy picks each table's fastest candidate that fits where it is cheapest; 
 instances (tables that exactly fill HBM, tables only a slower tier can hold) it can paint
 itself into a corner where a plan still exists. Before anyone is told "infeasible":
 1. memory-first packing: tables by decreasing bytes, each in its leanest candidates first,
-   pieces first-fit-decreasing or best-fit by bytes over HBM, DDR and SSD;
+   pieces best-, first- or worst-fit decreasing by bytes over HBM, DDR and SSD;
 2. a depth-first packing search over (table, candidate, GPU) with identical GPUs tried once
    and a capacity-sum cut, up to a node budget: exact-fit packings that CP-SAT's feasibility
    model did not settle in 20 s (18 tables filling 6 GPUs to the byte) fall in milliseconds;
@@ -32,10 +32,9 @@ log = logging.getLogger("planner.feasibility")
 
 # The feasibility model is built only up to this many variables (as the exact model).
 FEASIBILITY_MAX_VARS = 60_000
-
-Fit = Callable[[np.ndarray], int]
-
-
+# The least deterministic budget the feasibility model gets, whatever the (optimisation)
+# time limit: a plan or a proof is worth a few seconds before "no plan found".
+FEASIBILITY_MIN_S = 2.0
 
 def _gpu_fits(state: LoadState, grp: Group, allowed: np.ndarray | None) -> np.ndarray:
     hw = state.hw
@@ -47,22 +46,28 @@ def _gpu_fits(state: LoadState, grp: Group, allowed: np.ndarray | None) -> np.nd
     return ok
 
 
+FitRule = Literal["best", "first", "worst"]
+
+
 def _place_by_bytes(state: LoadState, cand: Candidate, allowed: np.ndarray | None,
-                    best_fit: bool) -> list[np.ndarray] | None:
-    """Place the candidate's groups (applied to `state`): one-piece groups by bytes (first fit,
-    or best fit on the tightest HBM left), host and world groups as the load state would."""
+                    rule: FitRule) -> list[np.ndarray] | None:
+    """Place the candidate's groups (applied to `state`): one-piece groups by bytes (best fit
+    on the tightest HBM left, first fit, or worst fit on the most HBM left, which balances
+    like LPT scheduling), host and world groups as the load state would."""
     placed = []
     for grp in cand.groups:
         if cand.scope is Scope.GPU:
             ok = _gpu_fits(state, grp, allowed)
             if not ok.any():
                 return None
-            if best_fit:
-                left = np.where(ok, state.hw.hbm_cap - state.hbm - grp.hbm[0],
-                                np.iinfo(np.int64).max)
-                rank = int(np.argmin(left))
-            else:
+            if rule == "first":
                 rank = int(np.argmax(ok))
+            else:
+                left = state.hw.hbm_cap - state.hbm - grp.hbm[0]
+                if rule == "best":
+                    rank = int(np.argmin(np.where(ok, left, np.iinfo(np.int64).max)))
+                else:
+                    rank = int(np.argmax(np.where(ok, left, np.iinfo(np.int64).min)))
             ranks = np.array([rank])
         else:
             found = state.choose(grp, cand.scope, allowed)
@@ -75,7 +80,7 @@ def _place_by_bytes(state: LoadState, cand: Candidate, allowed: np.ndarray | Non
 
 
 def _pack(problem: Problem, cands: list[list[Candidate]], lean_key: Callable[[Candidate], tuple],
-          best_fit: bool) -> list[TableChoice] | None:
+          rule: FitRule) -> list[TableChoice] | None:
     state = LoadState(problem.hw, problem.model, owner_side=False)
     lean = [min(c.total_bytes for c in cs) for cs in cands]
     order = sorted(range(len(cands)), key=lambda t: (-lean[t], t))
@@ -84,7 +89,7 @@ def _pack(problem: Problem, cands: list[list[Candidate]], lean_key: Callable[[Ca
         allowed = allowed_mask(problem, t)
         for cand in sorted(cands[t], key=lean_key):
             trial = state.copy()
-            ranks = _place_by_bytes(trial, cand, allowed, best_fit)
+            ranks = _place_by_bytes(trial, cand, allowed, rule)
             if ranks is not None:
                 state, choices[t] = trial, TableChoice(cand, ranks)
                 break
@@ -102,14 +107,17 @@ _ORDERS: tuple[tuple[str, Callable[[Candidate], tuple]], ...] = (
 )
 
 
+_RULES: tuple[FitRule, ...] = ("best", "first", "worst")
+
+
 def memory_first(problem: Problem, cands: list[list[Candidate]]) -> Assignment | None:
     """A plan that fits, by bin packing on bytes; None if no order and fit rule finds one."""
     for label, key in _ORDERS:
-        for best_fit in (True, False):
-            choices = _pack(problem, cands, key, best_fit)
+        for rule in _RULES:
+            choices = _pack(problem, cands, key, rule)
             if choices is not None:
-                rule = "best fit" if best_fit else "first fit"
-                note = f"memory-first packing ({label}, {rule} decreasing) found a plan that fits"
+                note = (f"memory-first packing ({label}, {rule} fit decreasing) found a plan "
+                        "that fits")
                 log.info(note)
                 return Assignment(choices, "memory-first packing", "feasible", [note])
     return None
@@ -204,7 +212,7 @@ class _Search:
                 yield trial, [ranks]
             return
         trial = state.copy()
-        placed = _place_by_bytes(trial, cand, allowed, best_fit=True)
+        placed = _place_by_bytes(trial, cand, allowed, "best")
         if placed is not None:
             yield trial, placed
 

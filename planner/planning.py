@@ -14,7 +14,7 @@ from planner.candidates import (
     slow_tiers_needed,
 )
 from planner.errors import InfeasibleError, NoPlanFoundError
-from planner.feasibility import cpsat_feasible, memory_first, packing_search
+from planner.feasibility import FEASIBILITY_MIN_S, cpsat_feasible, memory_first, packing_search
 from planner.infeasibility import InfeasibilityCertificate, capacity_certificate, describe
 from planner.partition.assignment import Assignment
 from planner.partition.cpsat import (
@@ -249,26 +249,30 @@ def _start(problem: Problem, cands: list[list[Candidate]], slow: bool, bound: Lo
     packed = memory_first(problem, cands)
     if packed is not None:
         return local_search(problem, cands, packed, steps), cands, slow, bound
-    tried.append("memory-first packing (3 candidate orders x first and best fit): no fit")
+    tried.append("memory-first packing (3 candidate orders x best, first and worst fit): "
+                 "no fit")
     searched = packing_search(problem, cands)
     if searched is not None:
         return local_search(problem, cands, searched, steps), cands, slow, bound
     tried.append("bin completion and depth-first packing search: no fit within their node "
                  "budgets")
-    opts = req.options
-    status, found_cp, size = cpsat_feasible(problem, cands, opts.time_limit_s, opts.seed)
-    if found_cp is not None:
-        return local_search(problem, cands, found_cp, steps), cands, slow, bound
     cert = capacity_certificate(problem)
     if cert is not None:
         raise _infeasible(problem, cert)
+    opts = req.options
+    # The optimisation budget may be too small to settle feasibility (one tight-pins instance
+    # needed 0.61 det s); "no plan" is answered only after at least FEASIBILITY_MIN_S.
+    budget = max(opts.time_limit_s, FEASIBILITY_MIN_S)
+    status, found_cp, size = cpsat_feasible(problem, cands, budget, opts.seed)
+    if found_cp is not None:
+        return local_search(problem, cands, found_cp, steps), cands, slow, bound
     if status == "infeasible":
         raise _infeasible(problem, InfeasibilityCertificate(
             kind="cp-sat", cap="all caps and pins", candidates=sum(len(c) for c in cands),
             detail=(f"feasibility model of {size:,} variables over "
                     f"{sum(len(c) for c in cands):,} candidates: INFEASIBLE")))
     tried.append(f"CP-SAT feasibility model ({size:,} variables): {status} within "
-                 f"{opts.time_limit_s:g} deterministic s")
+                 f"{budget:g} deterministic s")
     raise NoPlanFoundError(reason="; ".join(tried), tried=tried)
 
 
