@@ -9,6 +9,11 @@ from cost_models.types import CommPrecision, DataType, Optimizer
 
 @dataclass(frozen=True)
 class TableGeom:
+    """`pooling`: ids per sample of the model's batch b, summed over the table's features
+    (sum_f pooling_f * b_f / b); `bags`: bags per sample, one per feature and sample of that
+    feature (sum_f b_f / b; 1.0 for a table read by one feature over the whole batch). Per
+    sample of b, a table gets `pooling` ids in `bags` bags, and sends `bags` pooled vectors."""
+
     rows: int
     dim: int
     pooling: float
@@ -17,6 +22,7 @@ class TableGeom:
     optimizer: Optimizer
     # Eviction policy of the table's cache (hbm_cache, ssd tiers): what its hit rate follows.
     cache_policy: CachePolicy = DEFAULT_POLICY
+    bags: float = 1.0
 
 
 @dataclass(frozen=True)

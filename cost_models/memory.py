@@ -194,6 +194,13 @@ def _staging(rows: int, cols: int, precision: CommPrecision, block: int, send: b
     return StepBuffers(**{f"recv_{d}": wire, f"decoded_{d}": decoded, f"kept_{d}": kept})
 
 
+def bags_per_gpu(table: TableGeom, batch: int) -> int:
+    """Bags a GPU's `batch` samples make in a table per step: one per feature and sample of
+    that feature (sum_f b_f; `batch` for a table read by one feature). Each bag has its
+    length and offset, its pooled vector and that vector's gradient."""
+    return round(batch * table.bags)
+
+
 def _id_bound(table: TableGeom, batch: int, ranks: int, piece_rows: int) -> int:
     """Ids a piece of `piece_rows` rows receives per step from `ranks` ranks of `batch`
     samples each, at most (with high probability): the share of the hottest `piece_rows`
@@ -299,6 +306,7 @@ def piece_buffers(table: TableGeom, data_parallel: bool, piece_rows: int, piece_
     samples'). `cache_slots`: a cached piece's slots, whose re-admission after the step is
     one more backward transient."""
     b = model.batch_per_gpu
+    nb = bags_per_gpu(table, b)
     if data_parallel:
         n_local = round(b * table.pooling)
         # The ring sends and receives one chunk of rows per hop.
@@ -309,21 +317,22 @@ def piece_buffers(table: TableGeom, data_parallel: bool, piece_rows: int, piece_
         return StepBuffers(
             dense_grad=piece_rows * piece_cols * POOLED_BYTES,
             workspace=max(ring, backward_workspace(
-                table.optimizer, n_local, b, piece_rows, piece_rows, piece_cols,
+                table.optimizer, n_local, nb, piece_rows, piece_rows, piece_cols,
                 distinct_rows_bound(table, n_local))))
-    samples = b * world
-    pooled = samples * piece_cols * POOLED_BYTES
-    # Its own rank's b vectors do not cross the wire (host-reduced pieces: (g - 1) x hosts
-    # x b in the host stage plus (hosts - 1) x b across hosts, the same W - 1 blocks).
-    staging = (_staging(samples - b, piece_cols, model.fwd_precision, b, True, True)
-               + _staging(samples - b, piece_cols, model.bwd_precision, b, False, False))
+    # Per bag, not per sample: each of a table's features is its own pooled vector.
+    bags = nb * world
+    pooled = bags * piece_cols * POOLED_BYTES
+    # Its own rank's nb vectors do not cross the wire (host-reduced pieces: (g - 1) x hosts
+    # x nb in the host stage plus (hosts - 1) x nb across hosts, the same W - 1 blocks).
+    staging = (_staging(bags - nb, piece_cols, model.fwd_precision, nb, True, True)
+               + _staging(bags - nb, piece_cols, model.bwd_precision, nb, False, False))
     n_ids = _id_bound(table, b, world, piece_rows)
-    ids = (n_ids + 2 * samples) * DEVICE_INDEX_BYTES
+    ids = (n_ids + 2 * bags) * DEVICE_INDEX_BYTES
     # The piece's distinct rows are at most the whole table's under all the step's ids.
     u = min(piece_rows, n_ids, distinct_rows_bound(table, world * round(b * table.pooling)))
     return staging + StepBuffers(
         ids=ids, pooled=pooled, grads=pooled + host_samples * piece_cols * POOLED_BYTES,
-        workspace=max(backward_workspace(table.optimizer, n_ids, samples, piece_rows, u,
+        workspace=max(backward_workspace(table.optimizer, n_ids, bags, piece_rows, u,
                                          piece_cols, u),
                       (CACHE_ADMISSION_PER_SLOT * cache_slots + CACHE_ADMISSION_PER_ID * n_ids
                        + CACHE_ADMISSION_PER_DISTINCT * u) * DEVICE_INDEX_BYTES
@@ -336,14 +345,16 @@ def placed_piece_buffers(table: TableGeom, kind: ShardingType, tier: Tier, cache
                          piece_rows: int, piece_cols: int, hw: HardwareProfile,
                          model: ModelGeom) -> StepBuffers:
     """piece_buffers with what the piece's sharding and tier add: a table-row-wise or grid
-    piece gathers the hosts x b samples' gradients of its host stage, a cached piece
+    piece gathers the hosts x b samples' gradients of its host stage (hosts x nb bags'), a
+    cached piece
     re-admits its slots after the step. The planner, the plan's per-GPU figures, the checker
     and the executor's prediction all count a piece's buffers through this."""
     host_reduced = kind in (ShardingType.TABLE_ROW_WISE, ShardingType.GRID)
     cached = tier in (Tier.HBM_CACHE, Tier.SSD)
     return piece_buffers(table, kind is ShardingType.DATA_PARALLEL, piece_rows, piece_cols,
                          hw.world_size, model,
-                         hw.hosts * model.batch_per_gpu if host_reduced else 0,
+                         hw.hosts * bags_per_gpu(table, model.batch_per_gpu)
+                         if host_reduced else 0,
                          cache_rows(cache_ratio, piece_rows) if cached else 0)
 
 def owner_buffers(tables: list[TableGeom], model: ModelGeom,
@@ -360,15 +371,16 @@ def owner_buffers(tables: list[TableGeom], model: ModelGeom,
     ids = pooled = 0
     staging = StepBuffers()
     for i, t in enumerate(tables):
-        pooled += b * t.dim * POOLED_BYTES
+        nb = bags_per_gpu(t, b)  # one pooled vector, length and offset per bag
+        pooled += nb * t.dim * POOLED_BYTES
         if data_parallel is None or data_parallel[i]:
-            ids += (round(b * t.pooling) + 2 * b) * DEVICE_INDEX_BYTES
+            ids += (round(b * t.pooling) + 2 * nb) * DEVICE_INDEX_BYTES
             if data_parallel is not None:
                 continue
         cols = t.dim if remote_cols is None else remote_cols[i]
         if cols:
-            staging = (staging + _staging(b, cols, model.fwd_precision, b, False, True)
-                       + _staging(b, cols, model.bwd_precision, b, True, False))
+            staging = (staging + _staging(nb, cols, model.fwd_precision, nb, False, True)
+                       + _staging(nb, cols, model.bwd_precision, nb, True, False))
     return staging + StepBuffers(ids=ids, pooled=pooled, grads=pooled, dense=pooled)
 
 

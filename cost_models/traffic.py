@@ -1,8 +1,10 @@
 """Bytes a piece moves per training step, by where they move.
 
 Notation (docs/DESIGN.md, "Cost model"): b the per-GPU batch, W the GPUs, G GPUs per host,
-B = b*W, p the pooling factor, d the piece's columns, r its share of the table's ids.
-A sharded piece serves all B samples; a data-parallel replica serves its own b.
+B = b*W, p the pooling factor (ids per sample, summed over the table's features), n the
+table's bags per sample (one per feature: 1 for a table read by one feature), d the piece's
+columns, r its share of the table's ids. A sharded piece serves all B samples (B*n bags); a
+data-parallel replica serves its own b.
 
 Every byte count here is what the executor must measure on the wire or in memory, so these
 functions are the single definition of the model's byte counts; `cost.py` only divides.
@@ -47,7 +49,8 @@ class PieceTraffic:
     owner_ids: float = 0.0
     owner_out_fwd: float = 0.0
     owner_out_bwd: float = 0.0
-    # Of ids_intra + ids_inter, the bag lengths: one per sample per piece, whatever the ids.
+    # Of ids_intra + ids_inter, the bag lengths: one per bag (a sample of one of the table's
+    # features) per piece, whatever the ids.
     lengths: float = 0.0
     # Not bytes: distinct rows the backward updates per step (unique_rows.py; a replica's
     # lookups, its update being dense), and a replica's share of the all-reduce calls.
@@ -153,16 +156,19 @@ def piece_traffic(
         allreduce = 2.0 * (world - 1) / world * grad_bytes
         allreduce_calls = latency.allreduce_calls(grad_bytes, c.allreduce_bucket_bytes)
     else:
-        # Every sample sends the piece its bag length, even an empty bag (a row-split piece).
-        lengths = samples * c.length_bytes
+        # Every bag (a sample of one of the table's features) sends the piece its length,
+        # even an empty bag (a row-split piece).
+        bags = samples * table.bags
+        lengths = bags * c.length_bytes
         ids = lookups * c.id_bytes + lengths
         ids_intra = ids * (g - 1) / world
         ids_inter = ids * (world - g) / world
         lengths_recv = lengths * (world - 1) / world
-        out = _output_bytes(kind, samples, piece_cols, g, world, model)
-        # Host-reduced pieces (TWRW, grid) send one reduced vector per sample per host.
-        share = 1.0 / g if kind in _HOST_REDUCED else 1.0
-        owner = (table.pooling * id_share * c.id_bytes + c.length_bytes,
+        # One pooled vector per bag: a table read by k features sends k per sample.
+        out = _output_bytes(kind, bags, piece_cols, g, world, model)
+        # Host-reduced pieces (TWRW, grid) send one reduced vector per bag per host.
+        share = table.bags / g if kind in _HOST_REDUCED else table.bags
+        owner = (table.pooling * id_share * c.id_bytes + table.bags * c.length_bytes,
                  comm_row_bytes(model.fwd_precision, piece_cols) * share,
                  comm_row_bytes(model.bwd_precision, piece_cols) * share)
 
@@ -191,7 +197,8 @@ def piece_traffic(
 def _output_bytes(
     kind: ShardingType, samples: float, cols: int, g: int, world: int, model: ModelGeom
 ) -> tuple[float, float, float, float]:
-    """(fwd intra, fwd inter, bwd intra, bwd inter) bytes of the output all-to-all.
+    """(fwd intra, fwd inter, bwd intra, bwd inter) bytes of the output all-to-all of
+    `samples` bags (samples x the table's bags per sample: one vector per feature).
 
     Table-, column-wise and row-wise pieces send one vector (a pooled vector, or a partial sum
     for row-wise: reduce-scatter volume) per sample to the sample's owner: (G-1)/W of them on

@@ -63,11 +63,24 @@ def access_model(spec: TableSpec) -> AccessModel:
     return UniformAccess()
 
 
-def table_geom(spec: TableSpec) -> TableGeom:
+def table_geom(spec: TableSpec, batch_size_per_gpu: int) -> TableGeom:
+    """The table as the cost model sees it. The one place a table's features become its
+    `pooling` (ids per sample of the model's batch b, summed over features:
+    sum_f pooling_f * b_f / b) and `bags` (sum_f b_f / b); a table without `features` is one
+    feature over the whole batch: its pooling_factor and 1 bag."""
+    if spec.features:
+        b = batch_size_per_gpu
+        sizes = [f.batch_size_per_gpu or b for f in spec.features]
+        pooling = sum(f.pooling_factor * n for f, n in zip(spec.features, sizes, strict=True)) / b
+        bags = sum(sizes) / b
+    else:
+        assert spec.pooling_factor is not None  # TableSpec's validator
+        pooling, bags = spec.pooling_factor, 1.0
     return TableGeom(
         rows=spec.num_embeddings,
         dim=spec.embedding_dim,
-        pooling=spec.pooling_factor,
+        pooling=pooling,
+        bags=bags,
         access=access_model(spec),
         data_type=spec.data_type,
         optimizer=spec.optimizer,
@@ -88,7 +101,8 @@ def build_problem(req: ResolvedRequest) -> Problem:
     cluster_bytes = hw.world_size * hw.hbm_cap + hw.hosts * (hw.ddr_cap + hw.ssd_cap)
     tables = []
     for i, spec in enumerate(m.tables):
-        info = TableInfo(i, spec.name, table_geom(spec), spec.constraints or TableConstraints())
+        info = TableInfo(i, spec.name, table_geom(spec, m.batch_size_per_gpu),
+                         spec.constraints or TableConstraints())
         field = f"model.tables[{i}]"
         if info.bytes > cluster_bytes:
             raise BadInputError(

@@ -3,9 +3,10 @@
 from planner.spec.hardware import GpuSpec, HardwareRef, HardwareSpec, HostSpec, LinkSpec
 from planner.spec.model import ModelSpec, Provenance
 from planner.spec.request import PlanOptions, PlanRequest, ResolvedRequest
-from planner.spec.table import TableConstraints, TableSpec
+from planner.spec.table import FeatureSpec, TableConstraints, TableSpec
 
 __all__ = [
+    "FeatureSpec",
     "GpuSpec",
     "HardwareRef",
     "HardwareSpec",

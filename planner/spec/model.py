@@ -2,7 +2,7 @@
 
 from typing import Annotated
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationInfo, field_validator
 
 from cost_models import CommPrecision
 from planner.spec.table import StrictModel, TableSpec
@@ -56,4 +56,30 @@ class ModelSpec(StrictModel):
                     f"duplicate table name '{t.name}' (tables[{seen[t.name]}] and tables[{i}])"
                 )
             seen[t.name] = i
+        return tables
+
+    @field_validator("tables")
+    @classmethod
+    def _features(cls, tables: list[TableSpec], info: ValidationInfo) -> list[TableSpec]:
+        """Feature names are unique across the model (a table without `features` is read by
+        one feature named as the table, as TorchRec's keys are), and no feature's batch is
+        larger than the model's."""
+        batch = info.data.get("batch_size_per_gpu")
+        owner: dict[str, tuple[int, str]] = {}
+        for i, t in enumerate(tables):
+            for j, f in enumerate(t.features or ()):
+                if batch is not None and f.batch_size_per_gpu is not None \
+                        and f.batch_size_per_gpu > batch:
+                    raise ValueError(
+                        f"tables[{i}].features[{j}].batch_size_per_gpu: feature '{f.name}' of "
+                        f"table '{t.name}' has {f.batch_size_per_gpu} samples per GPU, more "
+                        f"than the model's batch_size_per_gpu {batch}")
+            for name in t.feature_names():
+                if name in owner:
+                    k, other = owner[name]
+                    raise ValueError(
+                        f"feature name '{name}' of table '{t.name}' (tables[{i}]) is also a "
+                        f"feature of table '{other}' (tables[{k}]); feature names must be "
+                        "unique across the model")
+                owner[name] = (i, t.name)
         return tables

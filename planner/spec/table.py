@@ -10,6 +10,7 @@ from pydantic import (
     SerializerFunctionWrapHandler,
     field_validator,
     model_serializer,
+    model_validator,
 )
 
 from cost_models import CachePolicy, DataType, Optimizer, ShardingType, Tier
@@ -89,6 +90,28 @@ class TableConstraints(StrictModel):
             "(elements of an embedding vector); default 32."))
 
 
+PoolingFactor = Annotated[float, Field(gt=0.0, le=1e6, allow_inf_nan=False)]
+FeatureName = Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[^\s]+$")]
+
+
+class FeatureSpec(StrictModel):
+    """One sparse feature that reads its table (TorchRec's feature_names of an
+    EmbeddingBagConfig): each feature is its own bag per sample, so its own pooled vector
+    in the output all-to-all."""
+
+    name: FeatureName = Field(
+        description=(
+            "Feature name, without whitespace; unique across the whole model."))
+    pooling_factor: PoolingFactor = Field(
+        description=(
+            "Mean number of ids of this feature per sample (ids per sample, > 0)."))
+    batch_size_per_gpu: Annotated[int, Field(strict=True, ge=1, le=10_000_000)] | None = Field(
+        None, description=(
+            "Samples per GPU per step that carry this feature (samples; TorchRec's variable "
+            "batch per feature), at most the model's batch_size_per_gpu; absent means the "
+            "model's."))
+
+
 class TableSpec(StrictModel):
     name: Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[^\s]+$")] = Field(
         description=(
@@ -99,10 +122,17 @@ class TableSpec(StrictModel):
     embedding_dim: Annotated[int, Field(strict=True, ge=1, le=MAX_DIM)] = Field(
         description=(
             "Columns of the table: elements per embedding vector (a count)."))
-    pooling_factor: Annotated[float, Field(gt=0.0, le=1e6, allow_inf_nan=False)] = Field(
-        description=(
+    pooling_factor: PoolingFactor | None = Field(
+        None, description=(
             "Mean number of ids looked up in this table per sample (ids per sample, > 0; 1 "
-            "for a single-hot feature)."))
+            "for a single-hot feature). Required unless `features` is given, and refused "
+            "with it."))
+    features: Annotated[list[FeatureSpec], Field(min_length=1, max_length=1024)] | None = Field(
+        None, description=(
+            "The features that read this table, each with its own pooling factor (ids per "
+            "sample) and batch (samples): each is its own bag per sample and its own pooled "
+            "vector in the output all-to-all. Absent: one feature named as the table, with "
+            "`pooling_factor`."))
     access_frequency: AccessFrequency = Field(
         UniformAccess(), description=(
             "How lookups spread over the table's rows (uniform, zipf or an explicit curve); "
@@ -127,9 +157,34 @@ class TableSpec(StrictModel):
             "Eviction policy of the table's cache when a plan caches it (hbm_cache and ssd "
             "tiers): lfu or lru; absent means lfu."))
 
+    @model_validator(mode="after")
+    def _pooling_or_features(self) -> "TableSpec":
+        if self.features is None and self.pooling_factor is None:
+            raise ValueError("give pooling_factor (ids per sample) or features (each with "
+                             "its own pooling_factor)")
+        if self.features is not None and self.pooling_factor is not None:
+            raise ValueError("give either pooling_factor or features, not both: with "
+                             "features, each feature has its own pooling_factor")
+        if self.features is not None:
+            seen: dict[str, int] = {}
+            for i, f in enumerate(self.features):
+                if f.name in seen:
+                    raise ValueError(f"duplicate feature name '{f.name}' (features[{seen[f.name]}]"
+                                     f" and features[{i}])")
+                seen[f.name] = i
+        return self
+
+    def feature_names(self) -> list[str]:
+        """The features reading this table: their names, or the table's own name."""
+        return [f.name for f in self.features] if self.features else [self.name]
+
     @model_serializer(mode="wrap")
     def _drop_absent_policy(self, handler: SerializerFunctionWrapHandler) -> Any:
+        # Absent optional fields are left out, so requests and plans written before them
+        # keep their hashes.
         data = handler(self)
-        if isinstance(data, dict) and "cache_policy" in data and data["cache_policy"] is None:
-            del data["cache_policy"]
+        if isinstance(data, dict):
+            for key in ("cache_policy", "features", "pooling_factor"):
+                if key in data and data[key] is None:
+                    del data[key]
         return data
