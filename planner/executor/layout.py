@@ -13,6 +13,7 @@ from cost_models import AccessModel, CachePolicy, ShardingType, Tier
 from cost_models.types import ROW_SPLIT_TYPES, CommPrecision, DataType, Optimizer
 from planner.plan_model import Plan
 from planner.problem import build_problem
+from planner.spec import TableSpec
 
 # Row-split types whose partial sums are reduced inside the host before crossing hosts
 # (traffic.py's _HOST_REDUCED): a reduce-scatter over NVLink, then one send per owner.
@@ -60,6 +61,16 @@ class TableExec:
     cache_policy: CachePolicy  # of its caches (hbm_cache, ssd)
     pieces: tuple[Piece, ...]
     chunks: tuple[Chunk, ...]
+    # The features reading the table, (pooling factor, samples per rank) each, in the spec's
+    # order; a rank's bags of the table are laid out feature after feature. One feature of
+    # the whole batch for a table without `features`.
+    features: tuple[tuple[float, int], ...] = ()
+
+    @property
+    def bags(self) -> int:
+        """Bags per rank per step (one per feature and sample of that feature): the rows of
+        the table's pooled outputs, targets and output all-to-all blocks per rank."""
+        return sum(n for _, n in self.features)
 
     @property
     def row_split(self) -> bool:
@@ -104,6 +115,8 @@ def exec_layout(plan: Plan) -> ExecLayout:
     problem = build_problem(plan.request)
     hw, model = problem.hw, problem.model
     by_name = {t.name: t for t in problem.tables}
+    specs = {t.name: t for t in plan.request.model.tables}
+    b = model.batch_per_gpu
     tables = []
     for ti, tp in enumerate(plan.tables):
         geom = by_name[tp.name].geom
@@ -123,7 +136,7 @@ def exec_layout(plan: Plan) -> ExecLayout:
             cache_ratio=tp.cache_ratio if tp.cache_ratio is not None else 1.0,
             rows=geom.rows, dim=geom.dim, pooling=geom.pooling, access=geom.access,
             data_type=geom.data_type, optimizer=geom.optimizer, cache_policy=geom.cache_policy,
-            pieces=pieces, chunks=chunks,
+            pieces=pieces, chunks=chunks, features=_features(specs[tp.name], geom.pooling, b),
         ))
     return ExecLayout(
         tables=tuple(tables), world=hw.world_size, gpus_per_host=hw.gpus_per_host,
@@ -131,6 +144,12 @@ def exec_layout(plan: Plan) -> ExecLayout:
         bwd_precision=model.bwd_precision, id_bytes=hw.constants.id_bytes,
         length_bytes=hw.constants.length_bytes,
     )
+
+
+def _features(spec: TableSpec, pooling: float, batch: int) -> tuple[tuple[float, int], ...]:
+    if not spec.features:
+        return ((pooling, batch),)
+    return tuple((f.pooling_factor, f.batch_size_per_gpu or batch) for f in spec.features)
 
 
 # Integer widths the executor can put on the wire for ids and bag lengths.

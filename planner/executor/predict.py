@@ -14,6 +14,7 @@ from cost_models import (
 )
 from cost_models.memory import (
     StepBuffers,
+    bags_per_gpu,
     host_reduce_index_bytes,
     owner_buffers,
     step_peak,
@@ -89,9 +90,10 @@ def predict(plan: Plan) -> tuple[list[RankPrediction], list[PiecePrediction]]:
                 hit_rate=hit_rate(geom, tp.tier, ratio, p.row_count) if cached else None))
     geoms = [by_name[tp.name].geom for tp in plan.tables]
     dp = [tp.sharding_type is ShardingType.DATA_PARALLEL for tp in plan.tables]
-    host_index = host_reduce_index_bytes(hw.hosts, hw.gpus_per_host, model.batch_per_gpu) if any(
-        tp.sharding_type in (ShardingType.TABLE_ROW_WISE, ShardingType.GRID)
-        for tp in plan.tables) else 0
+    # One index per distinct count of bags per rank among host-reduced tables (rank.py).
+    host_index = sum(host_reduce_index_bytes(hw.hosts, hw.gpus_per_host, nb) for nb in {
+        bags_per_gpu(by_name[tp.name].geom, model.batch_per_gpu) for tp in plan.tables
+        if tp.sharding_type in (ShardingType.TABLE_ROW_WISE, ShardingType.GRID)})
     for rp, bs in zip(ranks, bufs, strict=True):
         # The owner exchanges one block per piece on another GPU (row-split: one per range).
         remote = [sum(p.col_count for p in tp.pieces if p.rank != rp.rank)

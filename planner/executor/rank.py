@@ -5,8 +5,11 @@ A step, per docs/DESIGN.md:
    default) and the ids that piece serves (int64 by default): all ids for table-/column-wise
    pieces, the ids in the piece's row range for row-split pieces. The lengths go first, in an
    all-to-all whose sizes the layout fixes; the ids' sizes follow from the lengths.
-2. lookup and sum pooling of every piece over the global batch B = b*W.
+2. lookup and sum pooling of every piece over the global batch B = b*W: one bag per sample
+   and feature (a table read by k features has k bags per sample, laid out feature after
+   feature; a feature of its own batch b_f has b_f bags per rank).
 3. output all-to-all (forward): table-/column-/row-wise pieces send each owner its b vectors
+   (one per bag)
    (row-wise: partial sums, summed by the owner in row order). Table-row-wise and grid pieces
    first reduce-scatter inside the host (the GPU of local index k gets the samples of every
    rank of local index k), then send each reduced vector to its owner on another host.
@@ -61,11 +64,12 @@ class Item:
 def stage_items(lay: ExecLayout) -> tuple[list[Item], list[Item]]:
     """(stage 1, stage 2) items of the forward output all-to-all, in wire order; the backward
     runs the same items with src and dst swapped, stage 2 first."""
-    w, g, b = lay.world, lay.gpus_per_host, lay.batch
+    w, g = lay.world, lay.gpus_per_host
     first, second = [], []
     for t in lay.tables:
         if t.data_parallel:
             continue
+        b = t.bags  # one vector per bag: per sample and feature
         for p in t.pieces:
             if t.host_reduced:
                 for k in range(g):
@@ -118,12 +122,14 @@ class RankExecutor:
         self.items1, self.items2 = stage_items(lay)
         self.chunk_of: dict[str, Chunk] = {p.key: ch for t in lay.tables for ch in t.chunks
                                            for p in ch.pieces}
-        g, b = lay.gpus_per_host, self.b
-        # Samples of the ranks of local index k, host by host: what a host stage reduces
-        # (cost_models.memory.host_reduce_index_bytes); none without host-reduced tables.
-        self.local_samples = [
-            torch.cat([torch.arange(o * b, (o + 1) * b) for o in range(k, lay.world, g)])
-            .to(device) for k in range(g)] if any(t.host_reduced for t in lay.tables) else []
+        g = lay.gpus_per_host
+        # Bags of the ranks of local index k, host by host: what a host stage reduces
+        # (cost_models.memory.host_reduce_index_bytes), one index per distinct count of
+        # bags per rank among host-reduced tables; none without host-reduced tables.
+        self.local_samples: dict[int, list[torch.Tensor]] = {
+            nb: [torch.cat([torch.arange(o * nb, (o + 1) * nb) for o in range(k, lay.world, g)])
+                 .to(device) for k in range(g)]
+            for nb in sorted({t.bags for t in lay.tables if t.host_reduced})}
         self.stats: dict[str, PieceStats] = defaultdict(PieceStats)
         self.seconds: dict[str, float] = defaultdict(float)
         self.timer = Timer(device, self.seconds)
@@ -168,7 +174,7 @@ class RankExecutor:
     # -- the step --------------------------------------------------------------------------
 
     def step(self, step: int, train: bool) -> dict[int, torch.Tensor]:
-        """One step; returns this rank's pooled outputs per table, [b, dim] each."""
+        """One step; returns this rank's pooled outputs per table, [bags, dim] each."""
         lay, me, b = self.lay, self.rank, self.b
         self.comm.step = step
         # Barriers before collectives only where time is measured: the forward-only warm-up
@@ -176,7 +182,8 @@ class RankExecutor:
         self.comm.align = train
         self.timer.new_step()
         batches = {t.index: synthetic.id_batch(self.opts.seed, t.index, t.access, t.rows,
-                                               t.pooling, step, me, b) for t in lay.tables}
+                                               t.pooling, step, me, b, t.features)
+                   for t in lay.tables}
         with self._phase("input_a2a"):
             routed = self._input_a2a(batches)
         with self._phase("lookup"):
@@ -205,7 +212,8 @@ class RankExecutor:
             grads = {}
             with self._phase("loss"):
                 for t in lay.tables:
-                    target = synthetic.targets(self.opts.seed, t.index, step, me, b, t.dim)
+                    target = synthetic.targets(self.opts.seed, t.index, step, me, t.bags,
+                                               t.dim)
                     grads[t.index] = outs[t.index] - torch.from_numpy(target).to(
                         self.device, copy=True)
             with self._phase("output_a2a_bwd"):
@@ -257,21 +265,21 @@ class RankExecutor:
     def _input_a2a(self, batches: dict[int, tuple[np.ndarray, np.ndarray]]
                    ) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
         """Two all-to-alls, as TorchRec's sparse-feature dist: first every piece's bag lengths
-        (b per sending rank: sizes every rank knows from the layout), then the ids, whose
-        sizes the receiver reads off the lengths it got."""
-        lay, me, b = self.lay, self.rank, self.b
+        (its table's bags per sending rank: sizes every rank knows from the layout), then the
+        ids, whose sizes the receiver reads off the lengths it got."""
+        lay, me = self.lay, self.rank
         len_t, id_t = WIRE_INTS[lay.length_bytes], WIRE_INTS[lay.id_bytes]
         out_len: list[list[np.ndarray]] = [[] for _ in range(lay.world)]
         out_ids: list[list[np.ndarray]] = [[] for _ in range(lay.world)]
         mine: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-        sample_of = {ti: np.repeat(np.arange(b), lengths) for ti, (lengths, _) in
+        sample_of = {ti: np.repeat(np.arange(lengths.size), lengths) for ti, (lengths, _) in
                      batches.items()}
         for p in lay.sharded_pieces():
             t = lay.tables[p.table]
             lengths, ids = batches[t.index]
             if t.row_split:
                 keep = (ids >= p.row0) & (ids < p.row0 + p.rows)
-                lengths = np.bincount(sample_of[t.index][keep], minlength=b)
+                lengths = np.bincount(sample_of[t.index][keep], minlength=t.bags)
                 ids = ids[keep]
             if p.rank == me:
                 mine[p.key] = (lengths, ids)
@@ -283,17 +291,19 @@ class RankExecutor:
         def tensors(bufs: list[list[np.ndarray]]) -> list[torch.Tensor | None]:
             return [torch.from_numpy(np.concatenate(o)) if o else None for o in bufs]
 
-        lb = lay.length_bytes * b
+        lbs = [lay.length_bytes * lay.tables[p.table].bags for p in self.pieces]
         got_len = self.comm.alltoall("input_lengths", tensors(out_len),
-                                     [lb * len(self.pieces)] * lay.world)
+                                     [sum(lbs)] * lay.world)
         # Per source rank and piece of mine: the bag lengths and how many id bytes follow.
         received: list[list[tuple[np.ndarray, int]]] = [[] for _ in range(lay.world)]
         for src in range(lay.world):
             if src == me:
                 continue
             raw = got_len[src].cpu().numpy()  # type: ignore[union-attr]  # src != me
-            for i, p in enumerate(self.pieces):
-                lengths = raw[i * lb:(i + 1) * lb].view(len_t).astype(np.int64)
+            at = 0
+            for p, lb in zip(self.pieces, lbs, strict=True):
+                lengths = raw[at:at + lb].view(len_t).astype(np.int64)
+                at += lb
                 received[src].append((lengths, lay.id_bytes * int(lengths.sum())))
                 self.stats[p.key].lengths_bytes += lb
         got_ids = self.comm.alltoall("input_ids", tensors(out_ids),
@@ -351,32 +361,42 @@ class RankExecutor:
                 at += n
         return result
 
+    def _bags(self, p: Piece) -> int:
+        return self.lay.tables[p.table].bags
+
     def _output_fwd(self, pooled: dict[str, torch.Tensor]) -> dict[int, torch.Tensor]:
-        lay, me, b = self.lay, self.rank, self.b
+        """This rank's pooled outputs per table, [bags, dim] (one row per bag: its samples
+        of each feature, feature after feature)."""
+        lay, me = self.lay, self.rank
         prec = lay.fwd_precision
         k_me, h_me = lay.local_of(me), lay.host_of(me)
 
         def first(it: Item) -> torch.Tensor:
             x = pooled[it.piece.key]
+            b = self._bags(it.piece)
             if lay.tables[it.piece.table].host_reduced:
-                return x[self.local_samples[it.tag]]
+                return x[self.local_samples[b][it.tag]]
             return x[it.tag * b:(it.tag + 1) * b]
+
+        def second(it: Item) -> torch.Tensor:
+            b = self._bags(it.piece)
+            return reduced[it.piece.key][it.tag * b:(it.tag + 1) * b]
 
         got1 = self._exchange("output_fwd", self.items1, first, prec, backward=False)
         reduced: dict[str, torch.Tensor] = {}
         for q in self.pieces:
             if lay.tables[q.table].host_reduced:
+                idx = self.local_samples[self._bags(q)][k_me]
                 reduced[q.key] = kernels.fold_sum([
-                    pooled[p.key][self.local_samples[k_me]] if p.rank == me
+                    pooled[p.key][idx] if p.rank == me
                     else got1[(p.key, k_me)] for p in self.chunk_of[q.key].pieces])
-        got2 = self._exchange("output_fwd", self.items2,
-                              lambda it: reduced[it.piece.key][it.tag * b:(it.tag + 1) * b],
-                              prec, backward=False)
+        got2 = self._exchange("output_fwd", self.items2, second, prec, backward=False)
         outs: dict[int, torch.Tensor] = {}
         for t in lay.tables:
             if t.data_parallel:
                 outs[t.index] = pooled[f"dp{t.index}"]
                 continue
+            b = t.bags
             out = torch.zeros((b, t.dim), dtype=torch.float32, device=self.device)
             for ch in t.chunks:
                 if t.host_reduced:
@@ -392,8 +412,9 @@ class RankExecutor:
         return outs
 
     def _output_bwd(self, grads: dict[int, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """The pooled gradients of all B samples, [B, cols], for every piece of this rank."""
-        lay, me, b = self.lay, self.rank, self.b
+        """The pooled gradients of all W x bags bags, [W x bags, cols], for every piece of
+        this rank."""
+        lay, me = self.lay, self.rank
         prec, g = lay.bwd_precision, lay.gpus_per_host
         k_me = lay.local_of(me)
 
@@ -420,11 +441,12 @@ class RankExecutor:
         for p in self.pieces:
             t = lay.tables[p.table]
             if t.host_reduced:
-                x = torch.empty((b * lay.world, p.cols), dtype=torch.float32, device=self.device)
+                x = torch.empty((t.bags * lay.world, p.cols), dtype=torch.float32,
+                                device=self.device)
                 for k in range(g):
                     q = p.host * g + k
-                    x[self.local_samples[k]] = (gathered[p.key] if q == me
-                                                else got1[(p.key, k)])
+                    x[self.local_samples[t.bags][k]] = (gathered[p.key] if q == me
+                                                        else got1[(p.key, k)])
                 full[p.key] = x
             else:
                 full[p.key] = torch.cat([cols_of(p, grads[t.index]) if o == me

@@ -57,8 +57,10 @@ def storage_dtype(dt: DataType) -> torch.dtype:
 
 def _batch(lay: ExecLayout, t: TableExec, seed: int, step: int
            ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(ids, offsets) of the global batch, rank-major: B = b * W bags."""
-    got = [synthetic.id_batch(seed, t.index, t.access, t.rows, t.pooling, step, r, lay.batch)
+    """(ids, offsets) of the global batch, rank-major: W x t.bags bags (per rank, one per
+    sample and feature, feature after feature)."""
+    got = [synthetic.id_batch(seed, t.index, t.access, t.rows, t.pooling, step, r, lay.batch,
+                              t.features)
            for r in range(lay.world)]
     lengths = torch.from_numpy(np.concatenate([g[0] for g in got]))
     ids = torch.from_numpy(np.concatenate([g[1] for g in got]))
@@ -68,7 +70,7 @@ def _batch(lay: ExecLayout, t: TableExec, seed: int, step: int
 
 
 def _targets(lay: ExecLayout, t: TableExec, seed: int, step: int) -> torch.Tensor:
-    return torch.cat([torch.from_numpy(synthetic.targets(seed, t.index, step, r, lay.batch,
+    return torch.cat([torch.from_numpy(synthetic.targets(seed, t.index, step, r, t.bags,
                                                          t.dim)) for r in range(lay.world)]
                      ).double()
 
@@ -162,9 +164,9 @@ class _Table:
 
 def run_reference(lay: ExecLayout, seed: int, steps: int, lr: float,
                   eps: float = 1e-8) -> ReferenceResult:
-    b = lay.batch
     res = ReferenceResult({}, {}, {}, {})
     for t in lay.tables:
+        b = t.bags
         tab = _Table(t, seed, lr, eps)
         res.initial[t.index] = tab.initial
         for step in range(steps):

@@ -419,7 +419,6 @@ def _compare_reference(rep: ExecutionReport, lay: ExecLayout, opts: RunOptions,
 
     ref = run_reference(lay, opts.seed, opts.steps, opts.lr, opts.eps)
     dumps = [torch.load(tensors_file(rd, r)) for r in range(lay.world)]
-    b = lay.batch
     tols: dict[str, float] = {}
     out_err: dict[str, float] = {}  # step 0: largest |error| / its bound
     later_err: dict[str, float] = {}
@@ -427,6 +426,7 @@ def _compare_reference(rep: ExecutionReport, lay: ExecLayout, opts: RunOptions,
     s_err: dict[str, float] = {}
     out_bad, later_bad, w_bad, s_bad = [], [], [], []
     for t in lay.tables:
+        b = t.bags  # rows of the table's outputs per rank
         tol = tols[t.name] = weight_tolerance(lay, t, opts.steps)
         bound = output_bound(lay, t, ref)
         worst, where = 0.0, ""

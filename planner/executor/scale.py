@@ -55,7 +55,13 @@ def scaled_plan(plan: Plan, scale_rows: float = 1.0, batch: int | None = None) -
         need = max(sum(1 for p in tp.pieces if p.col_offset == c) for c in
                    {p.col_offset for p in tp.pieces})
         new_rows = max(need, round(spec.num_embeddings * scale_rows), 1)
-        specs.append(spec.model_copy(update={"num_embeddings": new_rows}))
+        upd_t: dict[str, object] = {"num_embeddings": new_rows}
+        if batch is not None and spec.features:
+            # A feature's own batch scales with the model's (at least 1, at most the batch).
+            upd_t["features"] = [f.model_copy(update={"batch_size_per_gpu": min(batch, max(
+                1, round(f.batch_size_per_gpu * batch / model.batch_size_per_gpu)))})
+                if f.batch_size_per_gpu is not None else f for f in spec.features]
+        specs.append(spec.model_copy(update=upd_t))
     new_by_name = {s.name: s for s in specs}
     orig = {s.name: s.num_embeddings for s in model.tables}
     for tp in plan.tables:

@@ -1,7 +1,8 @@
 """Seeded synthetic data: id batches drawn from each table's access_frequency, targets, and
 initial weights. numpy only, so the parent's reference model draws exactly the same numbers.
 
-Ids: a bag per sample whose sizes add up to round(b * pooling) per rank; the popularity rank
+Ids: a bag per sample (and per feature, for a table read by several) whose sizes add up to
+round(b * pooling) per rank; the popularity rank
 of each id is drawn from the table's curve (uniform, zipf, or the explicit CDF), then mapped
 to a row by a fixed bijection k -> (a*k + c) mod rows with a near rows/golden-ratio, so the
 hot rows spread evenly over row ranges (the cost model's assumption for row-wise pieces).
@@ -84,15 +85,34 @@ def rank_to_row(k: np.ndarray, rows: int, table: int) -> np.ndarray:
 
 
 def id_batch(seed: int, table: int, access: AccessModel, rows: int, pooling: float,
-             step: int, rank: int, batch: int) -> tuple[np.ndarray, np.ndarray]:
-    """(lengths[batch], ids[sum(lengths)]) of one rank's samples for one table and step."""
+             step: int, rank: int, batch: int,
+             features: tuple[tuple[float, int], ...] | None = None
+             ) -> tuple[np.ndarray, np.ndarray]:
+    """(lengths[bags], ids[sum(lengths)]) of one rank's samples for one table and step.
+
+    One feature (`features` None or of one entry): a bag per sample, round(batch * pooling)
+    ids. Several, (pooling factor, samples per rank) each: the same round(batch * pooling)
+    ids in all (`pooling` is per sample of `batch`, summed over features, as the cost model
+    counts them), shared out in proportion to each feature's pooling x samples, then each
+    feature's bags (one per sample of it) laid out feature after feature."""
     rng = _rng(seed, 1, table, step, rank)
     total = round(batch * pooling)
-    base, extra = divmod(total, batch)
-    lengths = np.full(batch, base, dtype=np.int64)
-    lengths[rng.permutation(batch)[:extra]] += 1
+    if features is None or len(features) == 1:
+        sizes, counts = [batch], [total]
+    else:
+        sizes = [n for _, n in features]
+        weight = np.cumsum([p * n for p, n in features])
+        cum = np.rint(total * weight / weight[-1]).astype(np.int64)
+        cum[-1] = total
+        counts = np.diff(cum, prepend=0).tolist()
+    parts = []
+    for n, k in zip(sizes, counts, strict=True):
+        base, extra = divmod(k, n)
+        lengths = np.full(n, base, dtype=np.int64)
+        lengths[rng.permutation(n)[:extra]] += 1
+        parts.append(lengths)
     ranks = popularity_ranks(access, rows, total, rng)
-    return lengths, rank_to_row(ranks, rows, table)
+    return np.concatenate(parts), rank_to_row(ranks, rows, table)
 
 
 def targets(seed: int, table: int, step: int, rank: int, batch: int, dim: int) -> np.ndarray:
