@@ -26,6 +26,7 @@ from planner.interop.torchrec_format import (
     TorchRecTable,
 )
 from planner.plan_model import PlanLayout, PlanPiece, TablePlan
+from planner.spec import TableSpec
 
 
 def ceil_row_split(rows: int, parts: int) -> list[tuple[int, int]]:
@@ -152,6 +153,20 @@ class _Table:
                              notes=notes, parameter_sharding=ps)
 
 
+def features_of(spec: TableSpec, batch_size_per_gpu: int
+                ) -> tuple[list[str], list[float], list[int] | None]:
+    """A table's feature names, per-feature pooling factors and, when some feature has its
+    own batch, per-feature batch sizes, as TorchRec's EmbeddingBagConfig.feature_names and
+    ParameterConstraints.pooling_factors / batch_sizes take them. A table without
+    `features` is one feature named as the table."""
+    if not spec.features:
+        assert spec.pooling_factor is not None
+        return [spec.name], [spec.pooling_factor], None
+    sizes = ([f.batch_size_per_gpu or batch_size_per_gpu for f in spec.features]
+             if any(f.batch_size_per_gpu is not None for f in spec.features) else None)
+    return ([f.name for f in spec.features], [f.pooling_factor for f in spec.features], sizes)
+
+
 def to_torchrec(layout: PlanLayout, device: str = "cuda", module_path: str = "") -> TorchRecExport:
     """Every table of `layout` as TorchRec's ParameterSharding, with its status and notes.
 
@@ -160,12 +175,16 @@ def to_torchrec(layout: PlanLayout, device: str = "cuda", module_path: str = "")
     wraps ("" when the EBC is the model itself).
     """
     hw = layout.request.hardware
-    specs = {t.name: t for t in layout.request.model.tables}
+    model = layout.request.model
+    specs = {t.name: t for t in model.tables}
     tables = []
     for tp in layout.tables:
         spec = specs[tp.name]
-        tables.append(_Table(tp, spec.num_embeddings, spec.embedding_dim,
-                             hw.hosts * hw.gpus_per_host, hw.gpus_per_host, device).build())
+        built = _Table(tp, spec.num_embeddings, spec.embedding_dim,
+                       hw.hosts * hw.gpus_per_host, hw.gpus_per_host, device).build()
+        names, pfs, sizes = features_of(spec, model.batch_size_per_gpu)
+        tables.append(built.model_copy(update={"feature_names": names, "pooling_factors": pfs,
+                                               "batch_sizes": sizes}))
     return TorchRecExport(module_path=module_path, device="cuda" if device == "cuda" else "cpu",
                           world_size=hw.hosts * hw.gpus_per_host,
                           local_world_size=hw.gpus_per_host, tables=tables)

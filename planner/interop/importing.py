@@ -22,9 +22,9 @@ from planner.validation import bad_input_from
 _DATA_TYPES = {"FP32": "fp32", "FP16": "fp16", "BF16": "bf16", "INT8": "int8"}
 
 
-def _pooling(cfg: dict[str, Any], name: str) -> float:
-    """Mean ids per sample the table gets: the sum over its features (TorchRec's
-    ParameterConstraints.pooling_factors, one per feature), or a single `pooling_factor`."""
+def _pooling(cfg: dict[str, Any], name: str) -> list[float]:
+    """Mean ids per sample of each feature (TorchRec's ParameterConstraints.pooling_factors,
+    one per feature), or a single `pooling_factor`."""
     if "pooling_factors" in cfg:
         pfs = cfg["pooling_factors"]
         if not isinstance(pfs, list) or not pfs:
@@ -32,11 +32,36 @@ def _pooling(cfg: dict[str, Any], name: str) -> float:
                                 table=name)
         if not all(isinstance(x, int | float) and not isinstance(x, bool) for x in pfs):
             raise BadInputError("pooling_factors", "expected numbers", table=name)
-        return float(sum(pfs))
+        return [float(x) for x in pfs]
     if "pooling_factor" in cfg:
-        return cfg["pooling_factor"]
+        return [cfg["pooling_factor"]]
     raise BadInputError("pooling_factors", "missing: give the mean ids per sample of each "
                         "feature (TorchRec's ParameterConstraints.pooling_factors)", table=name)
+
+
+def _features(cfg: dict[str, Any], name: str, names: list[Any]) -> dict[str, Any]:
+    """The table's `pooling_factor` (one feature) or `features` (several: each its name,
+    pooling factor and, given TorchRec's ParameterConstraints.batch_sizes, its batch)."""
+    pfs = _pooling(cfg, name)
+    if len(names) == 1:
+        if len(pfs) != 1:
+            raise BadInputError("pooling_factors", f"{len(pfs)} pooling factors for one "
+                                "feature", table=name)
+        return {"pooling_factor": pfs[0]}
+    if len(pfs) != len(names):
+        raise BadInputError("pooling_factors", f"{len(pfs)} pooling factors for "
+                            f"{len(names)} features (one per feature)", table=name)
+    sizes = cfg.get("batch_sizes")
+    if sizes is not None and (not isinstance(sizes, list) or len(sizes) != len(names)):
+        raise BadInputError("batch_sizes", f"expected a list of {len(names)} batch sizes "
+                            "(one per feature)", table=name)
+    feats = []
+    for i, (fname, pf) in enumerate(zip(names, pfs, strict=True)):
+        f: dict[str, Any] = {"name": fname, "pooling_factor": pf}
+        if sizes is not None:
+            f["batch_size_per_gpu"] = sizes[i]
+        feats.append(f)
+    return {"features": feats}
 
 
 def model_from_torchrec_tables(configs: list[dict[str, Any]], batch_size_per_gpu: int,
@@ -44,23 +69,21 @@ def model_from_torchrec_tables(configs: list[dict[str, Any]], batch_size_per_gpu
     """TorchRec EmbeddingBagConfig-like dicts (name, num_embeddings, embedding_dim,
     feature_names, data_type, plus pooling_factors) -> our ModelSpec.
 
-    A table read by several features gets their pooling factors summed: the lookup volume is
-    right, but our model counts one pooled vector per table and sample, so the output
-    all-to-all of such a table is undercounted (noted in the spec's notes)."""
+    A table read by several features gets `features`, one per feature name with its pooling
+    factor (and batch, given `batch_sizes`): each is its own bag and pooled vector."""
     if not isinstance(configs, list) or not configs:
         raise BadInputError("tables", "expected a non-empty list of table configs")
-    tables, notes = [], []
+    tables = []
     for i, cfg in enumerate(configs):
         if not isinstance(cfg, dict):
             raise BadInputError(f"tables[{i}]", "expected an object")
         tname = cfg.get("name") or f"#{i}"
-        features = cfg.get("feature_names") or [tname]
-        if len(features) > 1:
-            notes.append(f"table '{tname}' is read by {len(features)} features; their pooling "
-                         "factors are summed")
+        names = cfg.get("feature_names") or [tname]
+        if not isinstance(names, list):
+            raise BadInputError("feature_names", "expected a list of names", table=tname)
         table: dict[str, Any] = {
             "name": cfg.get("name"), "num_embeddings": cfg.get("num_embeddings"),
-            "embedding_dim": cfg.get("embedding_dim"), "pooling_factor": _pooling(cfg, tname),
+            "embedding_dim": cfg.get("embedding_dim"), **_features(cfg, tname, names),
         }
         dt = cfg.get("data_type")
         if dt is not None:
@@ -74,7 +97,7 @@ def model_from_torchrec_tables(configs: list[dict[str, Any]], batch_size_per_gpu
                 table[extra] = cfg[extra]
         tables.append(table)
     raw = {"name": name, "batch_size_per_gpu": batch_size_per_gpu, "tables": tables,
-           "notes": notes, **model_fields}
+           **model_fields}
     try:
         return ModelSpec.model_validate(raw)
     except ValidationError as exc:

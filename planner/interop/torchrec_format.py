@@ -69,6 +69,13 @@ class TorchRecParameterSharding(StrictModel):
 
 class TorchRecTable(StrictModel):
     name: str
+    # The features reading the table (EmbeddingBagConfig.feature_names: the table's own name
+    # for a table without `features`), and per feature its pooling factor and, when the
+    # model gives features their own batch, its batch (ParameterConstraints.pooling_factors
+    # and batch_sizes). Empty when read from an export that predates them.
+    feature_names: list[str] = Field(default_factory=list)
+    pooling_factors: list[float] = Field(default_factory=list)
+    batch_sizes: list[int] | None = None
     # exact: TorchRec runs our plan as written; adjusted: it runs what `parameter_sharding`
     # says, which differs from our plan as `notes` explain; inexpressible: nothing is written.
     status: Status

@@ -61,7 +61,8 @@ def ebc_on_meta(model: ModelSpec) -> Any:
     dtypes = {"fp32": DataType.FP32, "fp16": DataType.FP16, "bf16": DataType.BF16,
               "int8": DataType.INT8}
     configs = [EmbeddingBagConfig(name=t.name, embedding_dim=t.embedding_dim,
-                                  num_embeddings=t.num_embeddings, feature_names=[t.name],
+                                  num_embeddings=t.num_embeddings,
+                                  feature_names=t.feature_names(),
                                   data_type=dtypes[t.data_type.value])
                for t in model.tables]
     ebc = EmbeddingBagCollection(tables=configs, device=torch.device("meta"))
@@ -74,8 +75,13 @@ def ebc_on_meta(model: ModelSpec) -> Any:
 def constraints_for(model: ModelSpec) -> dict[str, Any]:
     from torchrec.distributed.planner.types import ParameterConstraints
 
-    return {t.name: ParameterConstraints(pooling_factors=[t.pooling_factor])
-            for t in model.tables}
+    from planner.interop.export import features_of
+
+    out = {}
+    for t in model.tables:
+        _, pfs, sizes = features_of(t, model.batch_size_per_gpu)
+        out[t.name] = ParameterConstraints(pooling_factors=pfs, batch_sizes=sizes)
+    return out
 
 
 def sharders_for(model: ModelSpec) -> list[Any]:

@@ -18,29 +18,35 @@ def tables_of(export_path: Path) -> list[dict]:
     return json.loads(export_path.read_text())["model_tables"]
 
 
-def batch(rank: int, tables: list[dict]):
-    """The local batch of `rank`: a KJT with 0-3 ids per sample per table (seeded)."""
+def feature_keys(tables: list[dict], feats: dict[str, list[str]]) -> list[tuple[dict, str]]:
+    """(table, feature name) of every feature, table by table: the KJT's keys."""
+    return [(t, f) for t in tables for f in feats[t["name"]]]
+
+
+def batch(rank: int, keys: list[tuple[dict, str]]):
+    """The local batch of `rank`: a KJT with 0-3 ids per sample per feature (seeded)."""
     import torch
     from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
     g = torch.Generator().manual_seed(SEED + rank)
     lengths, values = [], []
-    for t in tables:
+    for t, _ in keys:
         n = torch.randint(0, 4, (BATCH,), generator=g)
         lengths.append(n)
         values.append(torch.randint(0, t["num_embeddings"], (int(n.sum()),), generator=g))
     return KeyedJaggedTensor.from_lengths_sync(
-        keys=[t["name"] for t in tables], values=torch.cat(values), lengths=torch.cat(lengths))
+        keys=[f for _, f in keys], values=torch.cat(values), lengths=torch.cat(lengths))
 
 
-def reference(tables: list[dict]):
+def reference(tables: list[dict], feats: dict[str, list[str]]):
     import torch
     from torchrec.modules.embedding_configs import EmbeddingBagConfig
     from torchrec.modules.embedding_modules import EmbeddingBagCollection
 
     torch.manual_seed(SEED)
     cfgs = [EmbeddingBagConfig(name=t["name"], embedding_dim=t["embedding_dim"],
-                               num_embeddings=t["num_embeddings"], feature_names=[t["name"]])
+                               num_embeddings=t["num_embeddings"],
+                               feature_names=feats[t["name"]])
             for t in tables]
     return EmbeddingBagCollection(tables=cfgs, device=torch.device("cpu"))
 
@@ -62,11 +68,14 @@ def main() -> None:
     raw = json.loads(export_path.read_text())
     tables = raw["model_tables"]
     export = TorchRecExport.model_validate(raw["export"])
-    ref = reference(tables)
+    # The export's feature names (EmbeddingBagConfig.feature_names), one per feature.
+    feats = {t.name: t.feature_names for t in export.tables}
+    keys = feature_keys(tables, feats)
+    ref = reference(tables, feats)
     sharder = EmbeddingBagCollectionSharder(
         fused_params={"optimizer": EmbOptimType.EXACT_SGD, "learning_rate": LR})
     model = DistributedModelParallel(
-        reference(tables), env=ShardingEnv.from_process_group(dist.group.WORLD),
+        reference(tables, feats), env=ShardingEnv.from_process_group(dist.group.WORLD),
         device=torch.device("cpu"), plan=build_sharding_plan(export), sharders=[sharder])
     # Copy the reference weights into every local shard, so outputs must match exactly.
     ref_w = {t["name"]: ref.embedding_bags[t["name"]].weight.detach() for t in tables}
@@ -84,14 +93,14 @@ def main() -> None:
                 value.copy_(full)
     model.load_state_dict(state)
 
-    kjt = batch(rank, tables)
+    kjt = batch(rank, keys)
     got = model(kjt)
     if hasattr(got, "wait"):
         got = got.wait()
     want = ref(kjt)
     g = torch.Generator().manual_seed(99 + rank)
-    weights = {t["name"]: torch.randn(BATCH, t["embedding_dim"], generator=g) for t in tables}
-    loss = sum((got[t["name"]] * weights[t["name"]]).sum() for t in tables)
+    weights = {f: torch.randn(BATCH, t["embedding_dim"], generator=g) for t, f in keys}
+    loss = sum((got[f] * weights[f]).sum() for _, f in keys)
     loss.backward()
 
     # Reference update: the gradient of the sum of both ranks' local losses, divided by the
@@ -101,14 +110,13 @@ def main() -> None:
     total = 0
     for r in range(world):
         gr = torch.Generator().manual_seed(99 + r)
-        wr = {t["name"]: torch.randn(BATCH, t["embedding_dim"], generator=gr) for t in tables}
-        pooled = ref(batch(r, tables))
-        total = total + sum((pooled[t["name"]] * wr[t["name"]]).sum() for t in tables)
+        wr = {f: torch.randn(BATCH, t["embedding_dim"], generator=gr) for t, f in keys}
+        pooled = ref(batch(r, keys))
+        total = total + sum((pooled[f] * wr[f]).sum() for _, f in keys)
     total.backward()
-    result = {"forward_max_err": {t["name"]: float((got[t["name"]] - want[t["name"]])
-                                                   .detach().abs().max()) for t in tables},
-              "forward_max_abs": {t["name"]: float(want[t["name"]].detach().abs().max())
-                                  for t in tables},
+    result = {"forward_max_err": {f: float((got[f] - want[f]).detach().abs().max())
+                                  for _, f in keys},
+              "forward_max_abs": {f: float(want[f].detach().abs().max()) for _, f in keys},
               "update_max_err": {}, "kinds": {}}
     after = model.state_dict()
     for key, value in after.items():

@@ -28,8 +28,10 @@ HARDWARE = {"name": "cpu2", "hosts": 1, "gpus_per_host": 2,
             "links": {"nvlink_gb_per_s": 50.0, "nic_gb_per_s": 10.0, "pcie_gb_per_s": 16.0}}
 
 
-def _table(name: str, rows: int, dim: int, **constraints) -> dict:
-    return {"name": name, "num_embeddings": rows, "embedding_dim": dim, "pooling_factor": 2.0,
+def _table(name: str, rows: int, dim: int, features: list | None = None,
+           **constraints) -> dict:
+    pooling = {"features": features} if features else {"pooling_factor": 2.0}
+    return {"name": name, "num_embeddings": rows, "embedding_dim": dim, **pooling,
             "optimizer": "sgd", "constraints": constraints}
 
 
@@ -40,6 +42,20 @@ TABLES = [
     _table("rw", 41, 8, sharding_types=["row_wise"]),
     _table("dp", 20, 8, sharding_types=["data_parallel"]),
 ]
+KINDS = {"tw0": "table_wise", "tw1": "table_wise", "cw": "column_wise", "rw": "row_wise",
+         "dp": "data_parallel"}
+
+# Issue 18 item 5: one table read by 3 features (EmbeddingBagConfig.feature_names), each its
+# own KJT key and pooled output; and a row-wise table read by 2.
+THREE = [{"name": "f_a", "pooling_factor": 1.0}, {"name": "f_b", "pooling_factor": 3.0},
+         {"name": "f_c", "pooling_factor": 2.0}]
+SHARED_TABLES = [
+    _table("shared", 50, 8, THREE, sharding_types=["table_wise"], pinned_ranks=[1]),
+    _table("tw1", 30, 16, sharding_types=["table_wise"], pinned_ranks=[0]),
+    _table("rw2", 41, 8, [{"name": "g_a", "pooling_factor": 1.0},
+                          {"name": "g_b", "pooling_factor": 2.0}], sharding_types=["row_wise"]),
+]
+SHARED_KINDS = {"shared": "table_wise", "tw1": "table_wise", "rw2": "row_wise"}
 
 
 def _free_port() -> int:
@@ -48,19 +64,25 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_exported_plan_runs_in_distributed_model_parallel(tmp_path):
+@pytest.mark.parametrize("tables,want_kinds", [(TABLES, KINDS),
+                                                (SHARED_TABLES, SHARED_KINDS)],
+                         ids=["one_feature_each", "shared_tables"])
+def test_exported_plan_runs_in_distributed_model_parallel(tmp_path, tables, want_kinds):
     from planner import plan
     from planner.interop import to_torchrec
 
-    p = plan({"model": {"batch_size_per_gpu": 4, "tables": TABLES}, "hardware": HARDWARE})
+    p = plan({"model": {"batch_size_per_gpu": 4, "tables": tables}, "hardware": HARDWARE})
     export = to_torchrec(p, device="cpu")
     assert {t.status for t in export.tables} == {"exact"}
     kinds = {t.name: t.sharding_type.value for t in p.tables}
-    assert kinds == {"tw0": "table_wise", "tw1": "table_wise", "cw": "column_wise",
-                     "rw": "row_wise", "dp": "data_parallel"}
+    assert kinds == want_kinds
+    for t, spec_t in zip(export.tables, tables, strict=True):
+        names = [f["name"] for f in spec_t.get("features") or [{"name": spec_t["name"]}]]
+        assert t.feature_names == names
+        assert len(t.pooling_factors) == len(names)
     spec = tmp_path / "export.json"
     spec.write_text(json.dumps({"export": export.model_dump(mode="json"),
-                                "model_tables": TABLES}))
+                                "model_tables": tables}))
     port = _free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     procs = [subprocess.Popen([sys.executable, "-m", "tests.interop.dmp_worker", str(r),
@@ -82,11 +104,16 @@ def test_exported_plan_runs_in_distributed_model_parallel(tmp_path):
         assert proc.returncode == 0, f"rank {r} failed:\n{logs[r][-3000:]}"
     for r in range(WORLD):
         res = json.loads((tmp_path / f"out{r}.json").read_text())
+        # One pooled output per feature, each checked.
+        assert set(res["forward_max_err"]) == {f for t in export.tables
+                                               for f in t.feature_names}
         for name, err in res["forward_max_err"].items():
             assert res["forward_max_abs"][name] > 0, name  # the batch really looked rows up
             assert err <= 1e-6, (r, name, err)
         # Every table's shards on this rank, and the replica, were checked after backward.
-        assert set(res["update_max_err"]) >= {"cw", "rw", "dp"}
-        assert {"tw0", "tw1"} & set(res["update_max_err"])
+        split = {n for n, k in want_kinds.items() if k != "table_wise"}
+        assert set(res["update_max_err"]) >= split
+        assert {n for n, k in want_kinds.items() if k == "table_wise"} & set(
+            res["update_max_err"])
         for name, err in res["update_max_err"].items():
             assert err <= 1e-6, (r, name, err)

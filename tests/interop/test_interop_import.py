@@ -21,11 +21,24 @@ def test_table_configs_become_a_model_spec():
          "pooling_factor": 1.0},
     ], batch_size_per_gpu=512)
     t0, t1 = model.tables
-    assert (t0.num_embeddings, t0.embedding_dim, t0.pooling_factor) == (1000, 64, 5.5)
+    # Several features: one FeatureSpec each (issue 18 item 5), no summed pooling factor.
+    assert (t0.num_embeddings, t0.embedding_dim, t0.pooling_factor) == (1000, 64, None)
+    assert [(f.name, f.pooling_factor) for f in t0.features] == [("f0", 2.0), ("f1", 3.5)]
     assert t0.data_type.value == "fp16"
-    assert t1.pooling_factor == 1.0
+    assert t1.pooling_factor == 1.0 and t1.features is None
     assert model.batch_size_per_gpu == 512
-    assert "t0" in model.notes[0] and "summed" in model.notes[0]
+
+
+def test_feature_batch_sizes_and_mismatched_pooling_factors():
+    model = model_from_torchrec_tables([
+        {"name": "t0", "num_embeddings": 100, "embedding_dim": 8, "feature_names": ["a", "b"],
+         "pooling_factors": [1.0, 2.0], "batch_sizes": [8, 4]}], batch_size_per_gpu=8)
+    assert [f.batch_size_per_gpu for f in model.tables[0].features] == [8, 4]
+    with pytest.raises(BadInputError, match="3 pooling factors for 2 features"):
+        model_from_torchrec_tables([
+            {"name": "t0", "num_embeddings": 100, "embedding_dim": 8,
+             "feature_names": ["a", "b"], "pooling_factors": [1.0, 2.0, 3.0]}],
+            batch_size_per_gpu=8)
 
 
 @pytest.mark.parametrize("cfg,field", [
