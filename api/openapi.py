@@ -15,7 +15,7 @@ from pydantic.json_schema import models_json_schema
 from api.problems import Problem
 from api.schemas import CheckResult, Health, Job, Presets, Readiness
 from planner.plan_model import EvaluateInput, Plan
-from planner.presets import _ALIASES, fixture_text, preset_names
+from planner.presets import fixture_text, preset_choices
 from planner.spec import PlanRequest
 
 COMPONENT_MODELS: tuple[type[BaseModel], ...] = (
@@ -51,6 +51,13 @@ def plan_request_examples() -> dict[str, Any]:
                                    "overrides": {"gpu": {"hbm_reserved_bytes": "16GiB"}}},
                       "options": {"solver": "greedy", "seed": 0}},
         },
+        "fixture_by_name_fraction_reserved": {
+            "summary": "A bundled fixture by name on one A100 host, 20% of HBM reserved",
+            "value": {"model": "criteo_kaggle",
+                      "hardware": {"preset": "a100", "hosts": 1,
+                                   "overrides": {"gpu": {"hbm_reserved_fraction": 0.2}}},
+                      "options": {"solver": "greedy"}},
+        },
     }
 
 
@@ -84,7 +91,9 @@ def layout_examples() -> dict[str, Any]:
 # Rules validation enforces across fields, which JSON Schema cannot state: said in words.
 CROSS_FIELD_RULES = {
     "ModelSpec": "Table names are unique.",
-    "GpuSpec": "hbm_reserved_bytes is smaller than hbm_capacity_bytes.",
+    "GpuSpec": "hbm_reserved_bytes is smaller than hbm_capacity_bytes, and so is "
+               "hbm_reserved_fraction of it (rounded up to a byte); hbm_reserved_fraction is "
+               "not given with a non-zero hbm_reserved_bytes.",
     "HostSpec": "ddr_reserved_bytes is smaller than ddr_capacity_bytes (when DDR is given).",
     "CurveAccess": "Row fractions strictly increase and lookup fractions never decrease.",
 }
@@ -141,7 +150,7 @@ def tighten(components: dict[str, Any], max_int_digits: int = 30) -> None:
     within the server's digit limit. Cross-field rules go into the descriptions."""
     ref = components.get("HardwareRef")
     if ref is not None:
-        ref["properties"]["preset"]["enum"] = sorted(preset_names() + list(_ALIASES))
+        ref["properties"]["preset"]["enum"] = preset_choices()
         if "HardwareSpec" in components:
             overrides = ref["properties"]["overrides"]
             ref["properties"]["overrides"] = {

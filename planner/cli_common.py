@@ -2,7 +2,6 @@
 fixture's name) and failing with one stderr line and an exit code."""
 
 import codecs
-import difflib
 import json
 import sys
 from pathlib import Path
@@ -23,15 +22,12 @@ def read_input(path: str, what: str) -> str:
     if p.is_file():
         return decode_text(p.read_bytes(), what)
     if what == "model":
-        from planner.presets import fixture_names, fixture_text
+        # The same lookup as `"model": NAME` in a request (planner/spec/request.py).
+        from planner.presets import fixture_names, fixture_text, unknown_fixture_message
 
-        names = fixture_names()
-        if path in names:
+        if path in fixture_names():
             return fixture_text(path)
-        close = difflib.get_close_matches(path, names, n=1)
-        hint = f"; did you mean the fixture '{close[0]}'?" if close else ""
-        raise BadInputError(what, f"no such file or bundled fixture: {path}{hint} (fixtures: "
-                                  f"{', '.join(names)})")
+        raise BadInputError(what, f"no such file, and {unknown_fixture_message(path)}")
     raise BadInputError(what, f"no such file: {path}")
 
 

@@ -68,7 +68,9 @@ def _steps(cands: list[list[Candidate]]) -> int:
 
 
 def resolve(request: PlanRequest | ResolvedRequest | dict[str, Any]) -> ResolvedRequest:
-    """Validate a request (a model or its JSON-like dict) and expand its hardware preset."""
+    """Validate a request (a model or its JSON-like dict) and expand its hardware preset;
+    `"model": NAME` is a bundled fixture's spec (planner/spec/request.py, the same lookup as
+    the CLI's and the service's)."""
     if isinstance(request, dict):
         request = validate_model(PlanRequest, request)
     if isinstance(request, ResolvedRequest):

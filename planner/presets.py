@@ -1,5 +1,10 @@
-"""Bundled hardware presets and model fixtures, and expanding a preset reference."""
+"""Bundled hardware presets and model fixtures, and expanding a preset reference.
 
+The one place names are resolved: the CLI, the service and `planner.plan()` all read a
+preset name (or alias) through `preset_dict` and a model fixture's name through
+`fixture_text` / `fixture_model`, so they accept the same names and refuse the rest alike."""
+
+import difflib
 import json
 from importlib import resources
 from typing import Any
@@ -13,6 +18,8 @@ from planner.validation import bad_input_from
 DEFAULT_PRESET = "h100"
 # Short names users type on the command line.
 _ALIASES = {"a100": "zionex_a100", "zionex": "zionex_a100"}
+# The most characters of an unknown name an error message quotes.
+_NAME_SHOWN = 64
 
 
 def _fixture_dir(kind: str) -> Any:
@@ -29,20 +36,46 @@ def fixture_names() -> list[str]:
                   if p.name.endswith(".json"))
 
 
+def preset_aliases() -> dict[str, str]:
+    """Short preset names users may type, each with the preset it stands for."""
+    return dict(_ALIASES)
+
+
+def preset_choices() -> list[str]:
+    """Every name a request's `hardware.preset` accepts: the presets and their aliases."""
+    return sorted(preset_names() + list(_ALIASES))
+
+
 def preset_dict(name: str) -> dict[str, Any]:
     canonical = _ALIASES.get(name, name)
     if canonical not in preset_names():
-        known = ", ".join(preset_names() + sorted(_ALIASES))
+        known = ", ".join(preset_choices())
         raise BadInputError("hardware.preset", f"unknown preset '{name}' (known: {known})")
     text = _fixture_dir("hardware").joinpath(f"{canonical}.json").read_text()
     return dict(json.loads(text))
 
 
-def fixture_text(name: str) -> str:
+def unknown_fixture_message(name: str) -> str:
+    """Why `name` names no bundled model fixture, with the closest name and the known ones."""
+    names = fixture_names()
+    if len(name) > _NAME_SHOWN:  # a request's string can be megabytes: quote only its start
+        return f"no bundled fixture named '{name[:_NAME_SHOWN]}...' (fixtures: {', '.join(names)})"
+    close = difflib.get_close_matches(name, names, n=1)
+    hint = f"; did you mean the fixture '{close[0]}'?" if close else ""
+    return f"no bundled fixture named '{name}'{hint} (fixtures: {', '.join(names)})"
+
+
+def fixture_text(name: str, field: str = "model") -> str:
+    """A bundled model fixture's JSON text; BadInputError on `field` for an unknown name."""
     if name not in fixture_names():
-        known = ", ".join(fixture_names())
-        raise BadInputError("model", f"unknown fixture '{name}' (known: {known})")
+        raise BadInputError(field, unknown_fixture_message(name))
     return str(_fixture_dir("models").joinpath(f"{name}.json").read_text())
+
+
+def fixture_model(name: str, field: str = "model") -> dict[str, Any]:
+    """A bundled model fixture as a JSON object: what `"model": NAME` in a request stands for."""
+    model: dict[str, Any] = json.loads(fixture_text(name, field))
+    return model
 
 
 def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
@@ -55,6 +88,25 @@ def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+# The two ways to give the HBM reservation (GpuSpec allows one at a time).
+_HBM_RESERVATION = ("hbm_reserved_bytes", "hbm_reserved_fraction")
+
+
+def _without_replaced_reservation(preset: dict[str, Any], overrides: dict[str, Any]
+                                  ) -> dict[str, Any]:
+    """The preset less its HBM reservation when the overrides give it the other way: an
+    override of `hbm_reserved_fraction` replaces a preset's `hbm_reserved_bytes` (and the
+    reverse) instead of clashing with it. Overrides giving both are left to validation."""
+    gpu_over = overrides.get("gpu")
+    gpu = preset.get("gpu")
+    if not isinstance(gpu_over, dict) or not isinstance(gpu, dict):
+        return preset
+    given = [k for k in _HBM_RESERVATION if gpu_over.get(k) is not None]
+    if len(given) != 1:
+        return preset
+    return {**preset, "gpu": {k: v for k, v in gpu.items() if k not in _HBM_RESERVATION}}
+
+
 def resolve_hardware(hw: HardwareSpec | HardwareRef) -> HardwareSpec:
     """A full spec from a preset, its host count and overrides; a full spec passes through."""
     if isinstance(hw, HardwareSpec):
@@ -62,7 +114,7 @@ def resolve_hardware(hw: HardwareSpec | HardwareRef) -> HardwareSpec:
     merged = preset_dict(hw.preset)
     if hw.hosts is not None:
         merged["hosts"] = hw.hosts
-    merged = _deep_merge(merged, hw.overrides)
+    merged = _deep_merge(_without_replaced_reservation(merged, hw.overrides), hw.overrides)
     try:
         return HardwareSpec.model_validate(merged)
     except ValidationError as exc:

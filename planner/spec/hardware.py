@@ -3,9 +3,19 @@
 Bandwidths are GB/s, 1e9 bytes per second; capacities are bytes (ByteSize: "80GiB" or an int).
 """
 
+import math
+from fractions import Fraction
 from typing import Annotated, Any
 
-from pydantic import ByteSize, Field, model_validator
+from pydantic import (
+    ByteSize,
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationInfo,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from cost_models import CostConstants, HardwareProfile
 from planner.spec.table import StrictModel
@@ -29,15 +39,53 @@ class GpuSpec(StrictModel):
         ByteSize(0), description=(
             "HBM per GPU kept for the dense model, activations and the framework, in bytes; "
             "the embeddings and their step buffers may use the rest."))
+    # The reservation as a share of the capacity, as TorchRec's HeuristicalStorageReservation
+    # takes it (its `percentage` is this fraction). Left out of the JSON when absent, so
+    # requests and plans written before it keep their hashes.
+    hbm_reserved_fraction: Annotated[
+        float, Field(strict=True, ge=0.0, lt=1.0, allow_inf_nan=False)] | None = Field(
+        None, description=(
+            "HBM per GPU kept for the dense model, activations and the framework, as a "
+            "fraction of hbm_capacity_bytes in [0, 1) (0.15: 15%), as TorchRec's "
+            "HeuristicalStorageReservation(percentage) takes it; the bytes reserved are the "
+            "fraction of the capacity rounded up to a whole byte. Instead of "
+            "hbm_reserved_bytes: give one or the other."))
     hbm_bandwidth_gb_per_s: GBps = Field(
         description=(
             "Peak HBM bandwidth per GPU, in GB/s (1e9 bytes per second)."))
 
+    @field_validator("hbm_reserved_fraction")
+    @classmethod
+    def _one_reservation(cls, fraction: float | None, info: ValidationInfo) -> float | None:
+        if fraction is not None and info.data.get("hbm_reserved_bytes"):
+            raise ValueError("give either hbm_reserved_fraction or hbm_reserved_bytes, not both "
+                             f"(hbm_reserved_bytes is {int(info.data['hbm_reserved_bytes'])})")
+        return fraction
+
     @model_validator(mode="after")
     def _reserve_below_capacity(self) -> "GpuSpec":
-        if self.hbm_reserved_bytes >= self.hbm_capacity_bytes:
-            raise ValueError("hbm_reserved_bytes must be smaller than hbm_capacity_bytes")
+        if self.hbm_reserved() >= self.hbm_capacity_bytes:
+            if self.hbm_reserved_fraction is None:
+                raise ValueError("hbm_reserved_bytes must be smaller than hbm_capacity_bytes")
+            raise ValueError(f"hbm_reserved_fraction {self.hbm_reserved_fraction:g} of "
+                             f"hbm_capacity_bytes {int(self.hbm_capacity_bytes)} leaves no HBM: "
+                             "the reservation must be smaller than hbm_capacity_bytes")
         return self
+
+    @model_serializer(mode="wrap")
+    def _drop_absent_fraction(self, handler: SerializerFunctionWrapHandler) -> Any:
+        data = handler(self)
+        if isinstance(data, dict) and data.get("hbm_reserved_fraction", 0) is None:
+            del data["hbm_reserved_fraction"]
+        return data
+
+    def hbm_reserved(self) -> int:
+        """The HBM reservation per GPU in bytes, however it was given: the one place a
+        fraction becomes bytes (exactly: the fraction of the capacity, rounded up, as
+        TorchRec leaves int((1 - fraction) * capacity) to the embeddings)."""
+        if self.hbm_reserved_fraction is None:
+            return int(self.hbm_reserved_bytes)
+        return math.ceil(Fraction(self.hbm_reserved_fraction) * int(self.hbm_capacity_bytes))
 
 
 class HostSpec(StrictModel):
@@ -165,13 +213,14 @@ class HardwareSpec(StrictModel):
             "cost_models/hardware.py, CostConstants)."))
 
     def profile(self) -> HardwareProfile:
-        """The cost model's view: bandwidths in bytes per second."""
+        """The cost model's view: bandwidths in bytes per second, the HBM reservation in
+        bytes (a fraction resolved here, GpuSpec.hbm_reserved): every consumer's view."""
         gb = 1e9
         return HardwareProfile(
             hosts=self.hosts,
             gpus_per_host=self.gpus_per_host,
             hbm_bytes=int(self.gpu.hbm_capacity_bytes),
-            hbm_reserved_bytes=int(self.gpu.hbm_reserved_bytes),
+            hbm_reserved_bytes=self.gpu.hbm_reserved(),
             hbm_bw=self.gpu.hbm_bandwidth_gb_per_s * gb,
             ddr_bytes=int(self.host.ddr_capacity_bytes),
             ddr_reserved_bytes=int(self.host.ddr_reserved_bytes),

@@ -2,8 +2,10 @@
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Discriminator, Field, Tag
+from pydantic import BeforeValidator, Discriminator, Field, Tag
+from pydantic_core import PydanticCustomError
 
+from planner.errors import BadInputError
 from planner.spec.hardware import HardwareRef, HardwareSpec
 from planner.spec.model import ModelSpec
 from planner.spec.table import StrictModel
@@ -21,6 +23,39 @@ HardwareInput = Annotated[
     Annotated[HardwareRef, Tag("preset")] | Annotated[HardwareSpec, Tag("spec")],
     Discriminator(_hardware_kind),
 ]
+
+
+def _fixture_enum(schema: dict[str, Any]) -> None:
+    from planner.presets import fixture_names  # planner.presets imports this package
+
+    schema["enum"] = fixture_names()
+
+
+def _named_fixture(value: Any) -> Any:
+    """A bundled model fixture's name stands for that fixture's model spec; anything else is
+    validated as a model spec. The service and `planner.plan()` read `"model": NAME` here,
+    the CLI's `planner plan NAME` through the same planner.presets functions, so all three
+    accept (and refuse) the same names in the same words."""
+    if not isinstance(value, str):
+        return value
+    from planner.presets import fixture_model
+
+    try:
+        return fixture_model(value)
+    except BadInputError as exc:
+        raise PydanticCustomError("unknown_fixture", "{reason}", {"reason": exc.message}) from None
+
+
+FixtureName = Annotated[str, Field(
+    json_schema_extra=_fixture_enum,
+    description="The name of a bundled model fixture (GET /v1/presets and `planner presets` "
+                "list them), standing for its model spec.")]
+# A model spec, or a bundled fixture's name (expanded to its spec when validated, so what a
+# request resolves to, its hash and its plan are the same either way).
+ModelInput = Annotated[ModelSpec, BeforeValidator(_named_fixture,
+                                                  json_schema_input_type=ModelSpec | FixtureName)]
+_MODEL_DESCRIPTION = ("The model's sparse part: its tables and training settings; or the name "
+                      'of a bundled model fixture (e.g. "criteo_kaggle") standing for its spec.')
 
 
 class PlanOptions(StrictModel):
@@ -41,9 +76,7 @@ class PlanOptions(StrictModel):
 
 
 class PlanRequest(StrictModel):
-    model: ModelSpec = Field(
-        description=(
-            "The model's sparse part: its tables and training settings."))
+    model: ModelInput = Field(description=_MODEL_DESCRIPTION)
     hardware: HardwareInput = Field(
         description=(
             'The cluster: a preset reference ({"preset": NAME, "hosts": N, "overrides": '
@@ -54,9 +87,7 @@ class PlanRequest(StrictModel):
 class ResolvedRequest(StrictModel):
     """A request with its hardware preset expanded: what a plan records and is checked against."""
 
-    model: ModelSpec = Field(
-        description=(
-            "The model's sparse part: its tables and training settings."))
+    model: ModelInput = Field(description=_MODEL_DESCRIPTION)
     hardware: HardwareSpec = Field(
         description=(
             "The full hardware spec (a preset reference expanded)."))
