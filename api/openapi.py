@@ -90,7 +90,10 @@ def layout_examples() -> dict[str, Any]:
 
 # Rules validation enforces across fields, which JSON Schema cannot state: said in words.
 CROSS_FIELD_RULES = {
-    "ModelSpec": "Table names are unique.",
+    "ModelSpec": "Table names are unique, and so are feature names across the model (a table "
+                 "without features is read by one feature named as the table); no feature's "
+                 "batch_size_per_gpu is larger than the model's.",
+    "TableSpec": "Its features' names are unique.",
     "GpuSpec": "hbm_reserved_bytes is smaller than hbm_capacity_bytes, and so is "
                "hbm_reserved_fraction of it (rounded up to a byte); hbm_reserved_fraction is "
                "not given with a non-zero hbm_reserved_bytes.",
@@ -145,7 +148,8 @@ def _bound_integers(node: Any, largest: int) -> None:
 def tighten(components: dict[str, Any], max_int_digits: int = 30) -> None:
     """Make the component schemas say what validation accepts where pydantic's schema is
     looser: a preset is one of the bundled names, its overrides are a hardware spec with every
-    field optional (not any object), and the access-curve variants need their
+    field optional (not any object), a table has exactly one of `pooling_factor` and
+    `features`, the access-curve variants need their
     `kind` (validation picks the variant by it, so it is never optional), and integers stay
     within the server's digit limit. Cross-field rules go into the descriptions."""
     ref = components.get("HardwareRef")
@@ -156,6 +160,12 @@ def tighten(components: dict[str, Any], max_int_digits: int = 30) -> None:
             ref["properties"]["overrides"] = {
                 "$ref": _partial(components, "HardwareSpec"),
                 "description": overrides.get("description", "")}
+    table = components.get("TableSpec")
+    if table is not None and {"pooling_factor", "features"} <= set(table.get("properties", {})):
+        # A table gives exactly one of the two, not null (planner/spec/table.py).
+        table["oneOf"] = [
+            {"required": ["pooling_factor"], "properties": {"pooling_factor": {"type": "number"}}},
+            {"required": ["features"], "properties": {"features": {"type": "array"}}}]
     for body in components.values():
         kind = body.get("properties", {}).get("kind")
         if isinstance(kind, dict) and "const" in kind:
