@@ -12,7 +12,10 @@ class TableGeom:
     """`pooling`: ids per sample of the model's batch b, summed over the table's features
     (sum_f pooling_f * b_f / b); `bags`: bags per sample, one per feature and sample of that
     feature (sum_f b_f / b; 1.0 for a table read by one feature over the whole batch). Per
-    sample of b, a table gets `pooling` ids in `bags` bags, and sends `bags` pooled vectors."""
+    sample of b, a table gets `pooling` ids in `bags` bags, and sends `outputs` vectors to the
+    sample's owner: `bags` pooled vectors, or for a `sequence` table (unpooled, TorchRec's
+    EmbeddingCollection) one vector per id, `pooling`. planner/problem.py table_geom sets
+    both."""
 
     rows: int
     dim: int
@@ -23,6 +26,8 @@ class TableGeom:
     # Eviction policy of the table's cache (hbm_cache, ssd tiers): what its hit rate follows.
     cache_policy: CachePolicy = DEFAULT_POLICY
     bags: float = 1.0
+    sequence: bool = False
+    outputs: float = 1.0
 
 
 @dataclass(frozen=True)

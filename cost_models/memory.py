@@ -201,6 +201,13 @@ def bags_per_gpu(table: TableGeom, batch: int) -> int:
     return round(batch * table.bags)
 
 
+def outputs_per_gpu(table: TableGeom, batch: int) -> int:
+    """Output vectors a GPU's `batch` samples get from a table per step: one per bag
+    (bags_per_gpu), or for a sequence table one per id (round(batch * pooling), the ids a
+    rank draws)."""
+    return round(batch * table.pooling) if table.sequence else bags_per_gpu(table, batch)
+
+
 def _id_bound(table: TableGeom, batch: int, ranks: int, piece_rows: int) -> int:
     """Ids a piece of `piece_rows` rows receives per step from `ranks` ranks of `batch`
     samples each, at most (with high probability): the share of the hottest `piece_rows`
@@ -309,6 +316,8 @@ def piece_buffers(table: TableGeom, data_parallel: bool, piece_rows: int, piece_
     nb = bags_per_gpu(table, b)
     if data_parallel:
         n_local = round(b * table.pooling)
+        # A sequence replica's backward has one "bag" per id (each id its own output).
+        nb = n_local if table.sequence else nb
         # The ring sends and receives one chunk of rows per hop.
         chunk = -(-piece_rows // world)
         hop = (_staging(chunk, piece_cols, model.bwd_precision, chunk, True, False)
@@ -319,6 +328,9 @@ def piece_buffers(table: TableGeom, data_parallel: bool, piece_rows: int, piece_
             workspace=max(ring, backward_workspace(
                 table.optimizer, n_local, nb, piece_rows, piece_rows, piece_cols,
                 distinct_rows_bound(table, n_local))))
+    if table.sequence:
+        return _sequence_piece_buffers(table, piece_rows, piece_cols, world, model,
+                                       cache_slots)
     # Per bag, not per sample: each of a table's features is its own pooled vector.
     bags = nb * world
     pooled = bags * piece_cols * POOLED_BYTES
@@ -334,11 +346,39 @@ def piece_buffers(table: TableGeom, data_parallel: bool, piece_rows: int, piece_
         ids=ids, pooled=pooled, grads=pooled + host_samples * piece_cols * POOLED_BYTES,
         workspace=max(backward_workspace(table.optimizer, n_ids, bags, piece_rows, u,
                                          piece_cols, u),
-                      (CACHE_ADMISSION_PER_SLOT * cache_slots + CACHE_ADMISSION_PER_ID * n_ids
-                       + CACHE_ADMISSION_PER_DISTINCT * u) * DEVICE_INDEX_BYTES
-                      if cache_slots else 0))
+                      _cache_admission(cache_slots, n_ids, u)))
 
 
+
+
+def _cache_admission(cache_slots: int, n_ids: int, u: int) -> int:
+    return ((CACHE_ADMISSION_PER_SLOT * cache_slots + CACHE_ADMISSION_PER_ID * n_ids
+             + CACHE_ADMISSION_PER_DISTINCT * u) * DEVICE_INDEX_BYTES if cache_slots else 0)
+
+
+def _sequence_piece_buffers(table: TableGeom, piece_rows: int, piece_cols: int, world: int,
+                            model: ModelGeom, cache_slots: int) -> StepBuffers:
+    """A sharded piece of a sequence table (unpooled): one output vector per id it receives
+    (n, all ids of the table for a table- or column-wise piece, at most _id_bound's for a
+    row-wise one), and their gradients. Held: the ids, each bag's length (bags per rank x W),
+    one offset per id (every id is its own bag of one in the lookup and the row gradients),
+    plus per-bag offsets' room; the n vectors and their n gradients. Staging: the vectors of
+    other ranks' ids (n less the own rank's round(b * pooling) for table-/column-wise pieces;
+    all n for a row-wise piece, whose own share varies), in blocks of varying size (aligned
+    as blocks of one vector, the worst case)."""
+    b = model.batch_per_gpu
+    nb = bags_per_gpu(table, b)
+    n_ids = _id_bound(table, b, world, piece_rows)
+    own = round(b * table.pooling) if piece_rows >= table.rows else 0
+    vectors = n_ids * piece_cols * POOLED_BYTES
+    staging = (_staging(n_ids - own, piece_cols, model.fwd_precision, 1, True, True)
+               + _staging(n_ids - own, piece_cols, model.bwd_precision, 1, False, False))
+    u = min(piece_rows, n_ids, distinct_rows_bound(table, world * round(b * table.pooling)))
+    return staging + StepBuffers(
+        ids=(2 * n_ids + 2 * nb * world) * DEVICE_INDEX_BYTES, pooled=vectors, grads=vectors,
+        workspace=max(backward_workspace(table.optimizer, n_ids, n_ids, piece_rows, u,
+                                         piece_cols, u),
+                      _cache_admission(cache_slots, n_ids, u)))
 
 
 def placed_piece_buffers(table: TableGeom, kind: ShardingType, tier: Tier, cache_ratio: float,
@@ -371,16 +411,25 @@ def owner_buffers(tables: list[TableGeom], model: ModelGeom,
     ids = pooled = 0
     staging = StepBuffers()
     for i, t in enumerate(tables):
-        nb = bags_per_gpu(t, b)  # one pooled vector, length and offset per bag
-        pooled += nb * t.dim * POOLED_BYTES
+        nb = bags_per_gpu(t, b)  # one length and offset per bag
+        no = outputs_per_gpu(t, b)  # one vector (and its gradient) per output
+        n_ids = round(b * t.pooling)
+        pooled += no * t.dim * POOLED_BYTES
         if data_parallel is None or data_parallel[i]:
-            ids += (round(b * t.pooling) + 2 * nb) * DEVICE_INDEX_BYTES
+            # A sequence replica also holds one offset per id (each id its own bag).
+            ids += (n_ids * (2 if t.sequence else 1) + 2 * nb) * DEVICE_INDEX_BYTES
             if data_parallel is not None:
                 continue
+        if t.sequence:
+            # Where each piece's vectors go among the owner's ids (a row-wise piece's are
+            # a subset), held from the forward's assembly to the backward's gather.
+            ids += n_ids * DEVICE_INDEX_BYTES
         cols = t.dim if remote_cols is None else remote_cols[i]
         if cols:
-            staging = (staging + _staging(nb, cols, model.fwd_precision, nb, False, True)
-                       + _staging(nb, cols, model.bwd_precision, nb, True, False))
+            # A sequence table's blocks vary in size (row-wise): aligned as blocks of one.
+            block = 1 if t.sequence else no
+            staging = (staging + _staging(no, cols, model.fwd_precision, block, False, True)
+                       + _staging(no, cols, model.bwd_precision, block, True, False))
     return staging + StepBuffers(ids=ids, pooled=pooled, grads=pooled, dense=pooled)
 
 

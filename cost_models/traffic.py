@@ -4,7 +4,8 @@ Notation (docs/DESIGN.md, "Cost model"): b the per-GPU batch, W the GPUs, G GPUs
 B = b*W, p the pooling factor (ids per sample, summed over the table's features), n the
 table's bags per sample (one per feature: 1 for a table read by one feature), d the piece's
 columns, r its share of the table's ids. A sharded piece serves all B samples (B*n bags); a
-data-parallel replica serves its own b.
+data-parallel replica serves its own b. A sequence table (unpooled) returns one vector per id
+instead of one per bag: B*p*r vectors from a piece (output_vectors).
 
 Every byte count here is what the executor must measure on the wire or in memory, so these
 functions are the single definition of the model's byte counts; `cost.py` only divides.
@@ -164,10 +165,14 @@ def piece_traffic(
         ids_intra = ids * (g - 1) / world
         ids_inter = ids * (world - g) / world
         lengths_recv = lengths * (world - 1) / world
-        # One pooled vector per bag: a table read by k features sends k per sample.
-        out = _output_bytes(kind, bags, piece_cols, g, world, model)
+        # One vector per output: a pooled table's per bag (a table read by k features sends
+        # k per sample; a row-split piece a partial sum per bag), a sequence table's per id,
+        # and a row-split piece of one only those of its own ids.
+        out = _output_bytes(kind, output_vectors(table, samples, id_share), piece_cols, g,
+                            world, model)
         # Host-reduced pieces (TWRW, grid) send one reduced vector per bag per host.
-        share = table.bags / g if kind in _HOST_REDUCED else table.bags
+        per_sample = output_vectors(table, 1.0, id_share)
+        share = per_sample / g if kind in _HOST_REDUCED else per_sample
         owner = (table.pooling * id_share * c.id_bytes + table.bags * c.length_bytes,
                  comm_row_bytes(model.fwd_precision, piece_cols) * share,
                  comm_row_bytes(model.bwd_precision, piece_cols) * share)
@@ -194,11 +199,22 @@ def piece_traffic(
     )
 
 
+def output_vectors(table: TableGeom, samples: float, id_share: float) -> float:
+    """Vectors a sharded piece sends its samples' owners in the forward output all-to-all
+    (and gets their gradients back), for `samples` samples: a pooled table's one per bag
+    (samples x bags), whatever the piece's rows; a sequence table's one per id, of the ids in
+    the piece's rows (samples x pooling x id_share: all of them for table- and column-wise
+    pieces, no partial sums to reduce)."""
+    if table.sequence:
+        return samples * table.outputs * id_share
+    return samples * table.outputs
+
+
 def _output_bytes(
     kind: ShardingType, samples: float, cols: int, g: int, world: int, model: ModelGeom
 ) -> tuple[float, float, float, float]:
     """(fwd intra, fwd inter, bwd intra, bwd inter) bytes of the output all-to-all of
-    `samples` bags (samples x the table's bags per sample: one vector per feature).
+    `samples` vectors (output_vectors: one per bag, or per id of a sequence table).
 
     Table-, column-wise and row-wise pieces send one vector (a pooled vector, or a partial sum
     for row-wise: reduce-scatter volume) per sample to the sample's owner: (G-1)/W of them on

@@ -67,7 +67,9 @@ def table_geom(spec: TableSpec, batch_size_per_gpu: int) -> TableGeom:
     """The table as the cost model sees it. The one place a table's features become its
     `pooling` (ids per sample of the model's batch b, summed over features:
     sum_f pooling_f * b_f / b) and `bags` (sum_f b_f / b); a table without `features` is one
-    feature over the whole batch: its pooling_factor and 1 bag."""
+    feature over the whole batch: its pooling_factor and 1 bag. Also the one place its output
+    vectors per sample are set (`outputs`): one per bag for a pooled table, one per id
+    (`pooling`) for a sequence table (pooling_mode "none")."""
     if spec.features:
         b = batch_size_per_gpu
         sizes = [f.batch_size_per_gpu or b for f in spec.features]
@@ -81,11 +83,35 @@ def table_geom(spec: TableSpec, batch_size_per_gpu: int) -> TableGeom:
         dim=spec.embedding_dim,
         pooling=pooling,
         bags=bags,
+        sequence=spec.sequence,
+        outputs=pooling if spec.sequence else bags,
         access=access_model(spec),
         data_type=spec.data_type,
         optimizer=spec.optimizer,
         cache_policy=spec.cache_policy or DEFAULT_POLICY,
     )
+
+
+def _constraints(spec: TableSpec, field: str) -> TableConstraints:
+    """The table's constraints; a sequence table's sharding types are those TorchRec's
+    EmbeddingCollectionSharder shards (SEQUENCE_SHARDING_TYPES): the allowed ones when none
+    are asked, an error naming the field and table when another is."""
+    c = spec.constraints or TableConstraints()
+    if not spec.sequence:
+        return c
+    allowed = table_spec.SEQUENCE_SHARDING_TYPES
+    if c.sharding_types is None:
+        return c.model_copy(update={"sharding_types": list(allowed)})
+    bad = [t.value for t in c.sharding_types if t not in allowed]
+    if bad:
+        raise BadInputError(
+            f"{field}.constraints.sharding_types",
+            f"{', '.join(bad)} cannot shard a sequence table (pooling_mode none: one vector "
+            f"per id, TorchRec's EmbeddingCollection); allowed: "
+            f"{', '.join(t.value for t in allowed)}",
+            table=spec.name,
+        )
+    return c
 
 
 def build_problem(req: ResolvedRequest) -> Problem:
@@ -101,9 +127,9 @@ def build_problem(req: ResolvedRequest) -> Problem:
     cluster_bytes = hw.world_size * hw.hbm_cap + hw.hosts * (hw.ddr_cap + hw.ssd_cap)
     tables = []
     for i, spec in enumerate(m.tables):
-        info = TableInfo(i, spec.name, table_geom(spec, m.batch_size_per_gpu),
-                         spec.constraints or TableConstraints())
         field = f"model.tables[{i}]"
+        info = TableInfo(i, spec.name, table_geom(spec, m.batch_size_per_gpu),
+                         _constraints(spec, field))
         if info.bytes > cluster_bytes:
             raise BadInputError(
                 f"{field}.num_embeddings",

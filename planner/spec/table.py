@@ -90,6 +90,11 @@ class TableConstraints(StrictModel):
             "(elements of an embedding vector); default 32."))
 
 
+PoolingMode = Literal["sum", "mean", "none"]
+# What TorchRec's EmbeddingCollectionSharder shards a sequence table as (torchrec/distributed/
+# embedding.py, sharding_types): no host-local or grid types.
+SEQUENCE_SHARDING_TYPES = (ShardingType.DATA_PARALLEL, ShardingType.TABLE_WISE,
+                           ShardingType.COLUMN_WISE, ShardingType.ROW_WISE)
 PoolingFactor = Annotated[float, Field(gt=0.0, le=1e6, allow_inf_nan=False)]
 FeatureName = Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[^\s]+$")]
 
@@ -156,6 +161,22 @@ class TableSpec(StrictModel):
         None, description=(
             "Eviction policy of the table's cache when a plan caches it (hbm_cache and ssd "
             "tiers): lfu or lru; absent means lfu."))
+    # How a bag's vectors become the table's output (TorchRec's PoolingType): summed (the
+    # default), averaged, or not at all: "none" is a sequence table (TorchRec's
+    # EmbeddingConfig in an EmbeddingCollection), every id its own output vector. Left out of
+    # the JSON when absent, so requests and plans written before it keep their hashes.
+    pooling_mode: PoolingMode | None = Field(
+        None, description=(
+            "How the vectors of a bag become the table's output: sum (the default) or mean "
+            "of the bag (one pooled vector per bag), or none: a sequence table (TorchRec's "
+            "EmbeddingCollection), where every id looked up returns its own vector, so the "
+            "output all-to-all carries one vector per id. A sequence table may be sharded "
+            f"{', '.join(t.value for t in SEQUENCE_SHARDING_TYPES)} only."))
+
+    @property
+    def sequence(self) -> bool:
+        """Unpooled: one output vector per id (pooling_mode "none")."""
+        return self.pooling_mode == "none"
 
     @model_validator(mode="after")
     def _pooling_or_features(self) -> "TableSpec":
@@ -184,7 +205,7 @@ class TableSpec(StrictModel):
         # keep their hashes.
         data = handler(self)
         if isinstance(data, dict):
-            for key in ("cache_policy", "features", "pooling_factor"):
+            for key in ("cache_policy", "features", "pooling_factor", "pooling_mode"):
                 if key in data and data[key] is None:
                     del data[key]
         return data
