@@ -65,6 +65,17 @@ class TableExec:
     # order; a rank's bags of the table are laid out feature after feature. One feature of
     # the whole batch for a table without `features`.
     features: tuple[tuple[float, int], ...] = ()
+    # A sequence table (pooling_mode "none"): every id its own output vector. ids_per_rank:
+    # the ids a rank draws per step, round(b * pooling) (synthetic.id_batch).
+    sequence: bool = False
+    ids_per_rank: int = 0
+    pooling_mode: str = "sum"
+
+    @property
+    def outputs(self) -> int:
+        """Output vectors per rank per step: one per bag, or per id of a sequence table: the
+        rows of the table's outputs and targets per rank."""
+        return self.ids_per_rank if self.sequence else self.bags
 
     @property
     def bags(self) -> int:
@@ -137,6 +148,8 @@ def exec_layout(plan: Plan) -> ExecLayout:
             rows=geom.rows, dim=geom.dim, pooling=geom.pooling, access=geom.access,
             data_type=geom.data_type, optimizer=geom.optimizer, cache_policy=geom.cache_policy,
             pieces=pieces, chunks=chunks, features=_features(specs[tp.name], geom.pooling, b),
+            sequence=geom.sequence, ids_per_rank=round(b * geom.pooling),
+            pooling_mode=specs[tp.name].pooling_mode or "sum",
         ))
     return ExecLayout(
         tables=tuple(tables), world=hw.world_size, gpus_per_host=hw.gpus_per_host,

@@ -13,6 +13,10 @@ A step, per docs/DESIGN.md:
    (row-wise: partial sums, summed by the owner in row order). Table-row-wise and grid pieces
    first reduce-scatter inside the host (the GPU of local index k gets the samples of every
    rank of local index k), then send each reduced vector to its owner on another host.
+   A sequence table (pooling_mode "none") is not pooled: each id is its own bag of one, its
+   piece returns one vector per id it got, ordered by sending rank, and sends each owner the
+   vectors of that owner's ids (a row-wise piece: of those in its range, which the owner puts
+   back at their places among its ids; both sides know the counts from the input exchange).
 4. loss 0.5*|pooled - target|^2 on the owner; the backward all-to-alls mirror step 3 with the
    pooled gradients; every piece adds up its rows' gradients and applies the optimizer over
    the sorted unique ids; data-parallel replicas all-reduce their gradients (a ring per
@@ -69,7 +73,9 @@ def stage_items(lay: ExecLayout) -> tuple[list[Item], list[Item]]:
     for t in lay.tables:
         if t.data_parallel:
             continue
-        b = t.bags  # one vector per bag: per sample and feature
+        # One vector per bag (per sample and feature); a sequence table's one per id: the
+        # ids a rank draws (a row-wise piece's share varies per step: RankExecutor._rows).
+        b = t.outputs
         for p in t.pieces:
             if t.host_reduced:
                 for k in range(g):
@@ -130,6 +136,13 @@ class RankExecutor:
             nb: [torch.cat([torch.arange(o * nb, (o + 1) * nb) for o in range(k, lay.world, g)])
                  .to(device) for k in range(g)]
             for nb in sorted({t.bags for t in lay.tables if t.host_reduced})}
+        # Sequence tables, per step: ids of owner o's samples that piece p serves, by
+        # (p.key, o), for every piece or owner this rank is; where a piece's vectors for o
+        # start among its outputs (rows ordered by sending rank); and, on the owner, where a
+        # row-wise piece's ids sit among its own (the vectors come back in that order).
+        self.seq_count: dict[tuple[str, int], int] = {}
+        self.seq_start: dict[tuple[str, int], int] = {}
+        self.seq_pos: dict[str, torch.Tensor] = {}
         self.stats: dict[str, PieceStats] = defaultdict(PieceStats)
         self.seconds: dict[str, float] = defaultdict(float)
         self.timer = Timer(device, self.seconds)
@@ -193,7 +206,7 @@ class RankExecutor:
                        if self.ballast and train else None)
             for p in self.pieces:
                 lengths, ids = routed[p.key]
-                offsets = kernels.bag_offsets(lengths)
+                offsets = self._offsets(lay.tables[p.table], lengths, ids)
                 # In place: the received ids are not read again (no second [ids] buffer).
                 local = ids.sub_(p.row0) if p.row0 else ids
                 with self._on_host(p):
@@ -202,7 +215,7 @@ class RankExecutor:
             for ti, rep in self.replicas.items():
                 lengths, ids = (torch.from_numpy(a).to(self.device, copy=True)
                                 for a in batches[ti])
-                offsets = kernels.bag_offsets(lengths)
+                offsets = self._offsets(lay.tables[ti], lengths, ids)
                 pooled[f"dp{ti}"] = rep.pool(ids, offsets)
                 lookups[f"dp{ti}"] = (ids, offsets)
             del ballast
@@ -212,7 +225,7 @@ class RankExecutor:
             grads = {}
             with self._phase("loss"):
                 for t in lay.tables:
-                    target = synthetic.targets(self.opts.seed, t.index, step, me, t.bags,
+                    target = synthetic.targets(self.opts.seed, t.index, step, me, t.outputs,
                                                t.dim)
                     grads[t.index] = outs[t.index] - torch.from_numpy(target).to(
                         self.device, copy=True)
@@ -244,6 +257,21 @@ class RankExecutor:
                 with st.host_span() if isinstance(st, CachedStore) else nullcontext():
                     st.end_step()
         return outs
+
+    def _offsets(self, t: TableExec, lengths: torch.Tensor, ids: torch.Tensor
+                 ) -> torch.Tensor:
+        """Where each bag starts among the ids; a sequence table's ids are each their own
+        bag of one (its lookup returns one vector per id, its row gradients one per id)."""
+        if t.sequence:
+            return torch.arange(ids.numel(), dtype=torch.int64, device=ids.device)
+        return kernels.bag_offsets(lengths)
+
+    def _rows(self, it: Item) -> int:
+        """Vectors of an output all-to-all block: the layout's, or for a sequence table the
+        ids of the owner's samples that the piece serves this step."""
+        if self.lay.tables[it.piece.table].sequence:
+            return self.seq_count[(it.piece.key, it.tag)]
+        return it.rows
 
     def _update_piece(self, p: Piece, lookup: tuple[torch.Tensor, torch.Tensor],
                       grad: torch.Tensor, step: int) -> None:
@@ -281,6 +309,11 @@ class RankExecutor:
                 keep = (ids >= p.row0) & (ids < p.row0 + p.rows)
                 lengths = np.bincount(sample_of[t.index][keep], minlength=t.bags)
                 ids = ids[keep]
+                if t.sequence:
+                    self.seq_pos[p.key] = torch.from_numpy(np.flatnonzero(keep)).to(
+                        self.device)
+            if t.sequence:
+                self.seq_count[(p.key, me)] = int(ids.size)
             if p.rank == me:
                 mine[p.key] = (lengths, ids)
                 self.stats[p.key].own_ids += int(ids.size)
@@ -306,6 +339,14 @@ class RankExecutor:
                 at += lb
                 received[src].append((lengths, lay.id_bytes * int(lengths.sum())))
                 self.stats[p.key].lengths_bytes += lb
+                if lay.tables[p.table].sequence:
+                    self.seq_count[(p.key, src)] = int(lengths.sum())
+        for p in self.pieces:
+            if lay.tables[p.table].sequence:
+                at = 0
+                for src in range(lay.world):
+                    self.seq_start[(p.key, src)] = at
+                    at += self.seq_count[(p.key, src)]
         got_ids = self.comm.alltoall("input_ids", tensors(out_ids),
                                      [sum(n for _, n in r) for r in received])
         parts: dict[str, list[tuple[np.ndarray, np.ndarray]]] = defaultdict(list)
@@ -345,16 +386,17 @@ class RankExecutor:
                     self.stats[it.piece.key].out_fwd_bytes += int(buf.numel())
             if d == me:
                 expect[s].append(it)
-                sizes[s] += quant.wire_bytes(precision, it.rows, it.piece.cols)
+                sizes[s] += quant.wire_bytes(precision, self._rows(it), it.piece.cols)
         got = self.comm.alltoall(name, [torch.cat(x) if x else None for x in send], sizes)
         result = {}
         for s in range(w):
             at = 0
             for it in expect[s]:
-                n = quant.wire_bytes(precision, it.rows, it.piece.cols)
+                rows = self._rows(it)
+                n = quant.wire_bytes(precision, rows, it.piece.cols)
                 buf = got[s]
                 assert buf is not None
-                result[(it.piece.key, it.tag)] = quant.decode(buf[at:at + n], it.rows,
+                result[(it.piece.key, it.tag)] = quant.decode(buf[at:at + n], rows,
                                                               it.piece.cols, precision)
                 if backward:
                     self.stats[it.piece.key].out_bwd_bytes += n
@@ -373,6 +415,8 @@ class RankExecutor:
 
         def first(it: Item) -> torch.Tensor:
             x = pooled[it.piece.key]
+            if lay.tables[it.piece.table].sequence:
+                return self._seq_block(it.piece, it.tag, x)
             b = self._bags(it.piece)
             if lay.tables[it.piece.table].host_reduced:
                 return x[self.local_samples[b][it.tag]]
@@ -396,6 +440,9 @@ class RankExecutor:
             if t.data_parallel:
                 outs[t.index] = pooled[f"dp{t.index}"]
                 continue
+            if t.sequence:
+                outs[t.index] = self._seq_out(t, pooled, got1)
+                continue
             b = t.bags
             out = torch.zeros((b, t.dim), dtype=torch.float32, device=self.device)
             for ch in t.chunks:
@@ -411,6 +458,28 @@ class RankExecutor:
             outs[t.index] = out
         return outs
 
+    def _seq_block(self, p: Piece, owner: int, x: torch.Tensor) -> torch.Tensor:
+        """A sequence piece's vectors for `owner`'s ids: its outputs are ordered by sending
+        rank, each rank's ids in the order it sent them."""
+        at = self.seq_start[(p.key, owner)]
+        return x[at:at + self.seq_count[(p.key, owner)]]
+
+    def _seq_out(self, t: TableExec, pooled: dict[str, torch.Tensor],
+                 got: dict[tuple[str, int], torch.Tensor]) -> torch.Tensor:
+        """This rank's outputs of a sequence table, one row per id it drew ([ids, dim], in
+        draw order): each column band's vectors, a row-wise piece's at its ids' places."""
+        me = self.rank
+        out = torch.zeros((t.outputs, t.dim), dtype=torch.float32, device=self.device)
+        for ch in t.chunks:
+            for p in ch.pieces:
+                v = (self._seq_block(p, me, pooled[p.key]) if p.rank == me
+                     else got[(p.key, me)])
+                if t.row_split:
+                    out[self.seq_pos[p.key], ch.col0:ch.col0 + ch.cols] = v
+                else:
+                    out[:, ch.col0:ch.col0 + ch.cols] = v
+        return out
+
     def _output_bwd(self, grads: dict[int, torch.Tensor]) -> dict[str, torch.Tensor]:
         """The pooled gradients of all W x bags bags, [W x bags, cols], for every piece of
         this rank."""
@@ -419,6 +488,9 @@ class RankExecutor:
         k_me = lay.local_of(me)
 
         def cols_of(p: Piece, grad: torch.Tensor) -> torch.Tensor:
+            t = lay.tables[p.table]
+            if t.sequence and t.row_split:  # the gradients of the piece's own ids
+                return grad[self.seq_pos[p.key], p.col0:p.col0 + p.cols]
             return grad[:, p.col0:p.col0 + p.cols]
 
         got2 = self._exchange("output_bwd", self.items2,

@@ -3,6 +3,8 @@ and none of the ranks' arithmetic: this module does not import kernels.py, quant
 store.py. It uses torch's own operators only:
 
 - lookup and sum pooling: `torch.nn.functional.embedding_bag(mode="sum")` on the whole table;
+  a sequence table's (pooling_mode "none") lookup: `torch.nn.functional.embedding`, one
+  vector per id;
 - gradients: autograd through that call, of the loss 0.5 * |pooled - target|^2 summed over
   every sample of every rank;
 - updates: `torch.optim.SGD`, `torch.optim.Adagrad` and `torch.optim.Adam`. Sharded tables
@@ -70,7 +72,7 @@ def _batch(lay: ExecLayout, t: TableExec, seed: int, step: int
 
 
 def _targets(lay: ExecLayout, t: TableExec, seed: int, step: int) -> torch.Tensor:
-    return torch.cat([torch.from_numpy(synthetic.targets(seed, t.index, step, r, t.bags,
+    return torch.cat([torch.from_numpy(synthetic.targets(seed, t.index, step, r, t.outputs,
                                                          t.dim)) for r in range(lay.world)]
                      ).double()
 
@@ -102,7 +104,8 @@ class _Table:
              step: int) -> torch.Tensor:
         """Pooled outputs of the global batch, then one update; returns the outputs."""
         self.w.grad = None
-        out = F.embedding_bag(ids, self.w, offsets, mode="sum")
+        out = (F.embedding(ids, self.w) if self.t.sequence
+               else F.embedding_bag(ids, self.w, offsets, mode="sum"))
         loss = 0.5 * ((out - target) ** 2).sum()
         loss.backward()
         g = self.w.grad
@@ -166,7 +169,7 @@ def run_reference(lay: ExecLayout, seed: int, steps: int, lr: float,
                   eps: float = 1e-8) -> ReferenceResult:
     res = ReferenceResult({}, {}, {}, {})
     for t in lay.tables:
-        b = t.bags
+        b = t.outputs  # rows of the table's outputs per rank
         tab = _Table(t, seed, lr, eps)
         res.initial[t.index] = tab.initial
         for step in range(steps):
@@ -184,6 +187,9 @@ def run_reference(lay: ExecLayout, seed: int, steps: int, lr: float,
 
 def _magnitudes(res: ReferenceResult, t: TableExec, w: torch.Tensor, ids: torch.Tensor,
                 offsets: torch.Tensor) -> None:
+    if t.sequence:  # every id its own output: a "bag" of one
+        ids = ids.clone()
+        offsets = torch.arange(ids.numel(), dtype=torch.int64)
     res.abs_pooled[t.index] = F.embedding_bag(ids, w.abs(), offsets, mode="sum")
     ends = torch.cat([offsets[1:], torch.tensor([ids.numel()])])
     res.max_bag[t.index] = int((ends - offsets).max()) if offsets.numel() else 0

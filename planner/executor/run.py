@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from cost_models import ShardingType, UniformAccess, cache_rows
+from cost_models.sizes import comm_row_bytes
 from cost_models.types import CommPrecision
 from planner.executor.job import RunOptions, tensors_file, write_job
 from planner.executor.launch import launch
@@ -132,6 +133,11 @@ def check_data_types(lay: ExecLayout) -> None:
     row-wise quantized for inference (FBGEMM's IntNBitTableBatchedEmbeddingBagsCodegen has no
     backward), so a plan with one is refused before any rank starts (exit 2 from the CLI)."""
     for t in lay.tables:
+        if t.pooling_mode == "mean":
+            raise ValueError(
+                f"table '{t.name}' has pooling_mode mean: planner execute runs sum-pooled "
+                f"and sequence (none) tables only; execute a copy of the plan with this "
+                f"table's pooling_mode sum (the same bytes and memory)")
         if t.data_type.value not in TRAINED_DATA_TYPES:
             dt = t.data_type.value
             raise ValueError(
@@ -173,7 +179,23 @@ def _compare_model(rep: ExecutionReport, run: Plan, lay: ExecLayout,
     ranks_pred, pieces_pred = predict(run)
     len_bad, fwd_bad, bwd_bad, ar_rank_bad, mem_bad = [], [], [], [], []
     ar_meas = ar_pred = 0.0
+    # A row-wise piece of a sequence table sends one vector per id it got from another rank:
+    # the model's count is an expectation (the ids in its range vary), checked with the ids
+    # (_compare_pieces). Its output bytes are compared given the ids it measured: exactly
+    # one vector (and one gradient back) per id.
+    given: dict[int, list[float]] = {}
+    for pp in pieces_pred:
+        ti, j = (int(x) for x in pp.key.split("."))
+        t = lay.tables[ti]
+        if t.sequence and t.row_split:
+            got = measured[pp.rank]["pieces"].get(pp.key, {}).get("ids_bytes", 0.0)
+            n = got / lay.id_bytes
+            cols = t.pieces[j].cols
+            adj = given.setdefault(pp.rank, [0.0, 0.0])
+            adj[0] += n * comm_row_bytes(lay.fwd_precision, cols) - pp.out_fwd_bytes
+            adj[1] += n * comm_row_bytes(lay.bwd_precision, cols) - pp.out_bwd_bytes
     for m, p in zip(measured, ranks_pred, strict=True):
+        adj_fwd, adj_bwd = given.get(m["rank"], (0.0, 0.0))
         col = m["collectives"]
         get = lambda name, side, c=col: c.get(name, {}).get(side, 0.0)  # noqa: E731
         meas = {"input_lengths": get("input_lengths", "recv"),
@@ -181,9 +203,9 @@ def _compare_model(rep: ExecutionReport, run: Plan, lay: ExecLayout,
                 "output_bwd": get("output_bwd", "recv"), "allreduce": get("allreduce", "sent")}
         if not _close(meas["input_lengths"], p.bytes["input_lengths"]):
             len_bad.append(m["rank"])
-        if not _close(meas["output_fwd"], p.bytes["output_fwd"]):
+        if not _close(meas["output_fwd"], p.bytes["output_fwd"] + adj_fwd):
             fwd_bad.append(m["rank"])
-        if not _close(meas["output_bwd"], p.bytes["output_bwd"]):
+        if not _close(meas["output_bwd"], p.bytes["output_bwd"] + adj_bwd):
             bwd_bad.append(m["rank"])
         if not _close(meas["allreduce"], p.bytes["allreduce"]):
             ar_rank_bad.append(m["rank"])
@@ -207,8 +229,11 @@ def _compare_model(rep: ExecutionReport, run: Plan, lay: ExecLayout,
         })
     rep.checks.append(Check("bytes: input all-to-all, bag lengths, per rank", not len_bad,
                             f"differ on ranks {len_bad}" if len_bad else "equal on every rank"))
+    seq_note = ("; row-wise pieces of sequence tables: one vector per id they received"
+                if given else "")
     rep.checks.append(Check("bytes: output all-to-all forward, per rank", not fwd_bad,
-                            f"differ on ranks {fwd_bad}" if fwd_bad else "equal on every rank"))
+                            (f"differ on ranks {fwd_bad}" if fwd_bad else "equal on every rank")
+                            + seq_note))
     rep.checks.append(Check("bytes: output all-to-all backward, per rank", not bwd_bad,
                             f"differ on ranks {bwd_bad}" if bwd_bad else "equal on every rank"))
     uneven = any(t.data_parallel and t.rows % lay.world for t in lay.tables)
@@ -426,7 +451,7 @@ def _compare_reference(rep: ExecutionReport, lay: ExecLayout, opts: RunOptions,
     s_err: dict[str, float] = {}
     out_bad, later_bad, w_bad, s_bad = [], [], [], []
     for t in lay.tables:
-        b = t.bags  # rows of the table's outputs per rank
+        b = t.outputs  # rows of the table's outputs per rank
         tol = tols[t.name] = weight_tolerance(lay, t, opts.steps)
         bound = output_bound(lay, t, ref)
         worst, where = 0.0, ""
