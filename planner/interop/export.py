@@ -167,12 +167,15 @@ def features_of(spec: TableSpec, batch_size_per_gpu: int
     return ([f.name for f in spec.features], [f.pooling_factor for f in spec.features], sizes)
 
 
-def to_torchrec(layout: PlanLayout, device: str = "cuda", module_path: str = "") -> TorchRecExport:
+def to_torchrec(layout: PlanLayout, device: str = "cuda", module_path: str = "",
+                ec_module_path: str = "") -> TorchRecExport:
     """Every table of `layout` as TorchRec's ParameterSharding, with its status and notes.
 
     `device` is the placement written ("cuda" for a GPU job; "cpu" for gloo on CPU), and
     `module_path` the EmbeddingBagCollection's path inside the model DistributedModelParallel
-    wraps ("" when the EBC is the model itself).
+    wraps ("" when the EBC is the model itself); `ec_module_path` the EmbeddingCollection's,
+    which holds the sequence tables (pooling_mode none, TorchRec's EmbeddingConfig). A model
+    with both kinds needs two different paths (build_sharding_plan refuses one).
     """
     hw = layout.request.hardware
     model = layout.request.model
@@ -184,7 +187,9 @@ def to_torchrec(layout: PlanLayout, device: str = "cuda", module_path: str = "")
                        hw.hosts * hw.gpus_per_host, hw.gpus_per_host, device).build()
         names, pfs, sizes = features_of(spec, model.batch_size_per_gpu)
         tables.append(built.model_copy(update={"feature_names": names, "pooling_factors": pfs,
-                                               "batch_sizes": sizes}))
-    return TorchRecExport(module_path=module_path, device="cuda" if device == "cuda" else "cpu",
+                                               "batch_sizes": sizes,
+                                               "pooling": spec.pooling_mode or "sum"}))
+    return TorchRecExport(module_path=module_path, ec_module_path=ec_module_path,
+                          device="cuda" if device == "cuda" else "cpu",
                           world_size=hw.hosts * hw.gpus_per_host,
                           local_world_size=hw.gpus_per_host, tables=tables)

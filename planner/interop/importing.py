@@ -92,6 +92,16 @@ def model_from_torchrec_tables(configs: list[dict[str, Any]], batch_size_per_gpu
                 raise BadInputError("data_type", f"{dt!r} is not one of {sorted(_DATA_TYPES)}",
                                     table=tname)
             table["data_type"] = _DATA_TYPES[key]
+        pooling = cfg.get("pooling")
+        if pooling is not None:
+            # TorchRec's PoolingType (SUM, MEAN, NONE; or our pooling_mode): NONE is a
+            # sequence table (an EmbeddingConfig of an EmbeddingCollection).
+            key = str(pooling).rsplit(".", 1)[-1].lower()
+            if key not in ("sum", "mean", "none"):
+                raise BadInputError("pooling", f"{pooling!r} is not one of SUM, MEAN, NONE",
+                                    table=tname)
+            if key != "sum":
+                table["pooling_mode"] = key
         for extra in ("access_frequency", "optimizer", "constraints"):
             if extra in cfg:
                 table[extra] = cfg[extra]

@@ -17,8 +17,11 @@ from planner.interop.torchrec_format import (
 )
 
 
-def build_sharding_plan(export: TorchRecExport, module_path: str | None = None) -> Any:
-    """torchrec.distributed.types.ShardingPlan for one EmbeddingBagCollection.
+def build_sharding_plan(export: TorchRecExport, module_path: str | None = None,
+                        ec_module_path: str | None = None) -> Any:
+    """torchrec.distributed.types.ShardingPlan for one EmbeddingBagCollection (the pooled
+    tables, at `module_path`) and, given sequence tables, one EmbeddingCollection (at
+    `ec_module_path`; TorchRec shards it with its EmbeddingCollectionSharder).
 
     Refuses (BadInputError naming the table) when a table is inexpressible: a plan without it
     would make TorchRec shard that table its own way, silently."""
@@ -35,7 +38,14 @@ def build_sharding_plan(export: TorchRecExport, module_path: str | None = None) 
     if bad:
         raise BadInputError("sharding_type", "TorchRec cannot express this table's sharding: "
                             + "; ".join(bad[0].notes), table=bad[0].name)
-    per_table: dict[str, Any] = {}
+    path = export.module_path if module_path is None else module_path
+    ec_path = export.ec_module_path if ec_module_path is None else ec_module_path
+    kinds = {t.pooling == "none" for t in export.tables}
+    if kinds == {True, False} and path == ec_path:
+        raise BadInputError("ec_module_path", f"the model has pooled and sequence tables: "
+                            f"the EmbeddingBagCollection and the EmbeddingCollection need "
+                            f"different module paths (both {path!r})")
+    per_module: dict[str, dict[str, Any]] = {}
     for t in export.tables:
         ps = t.parameter_sharding
         assert ps is not None  # exact and adjusted tables always carry one
@@ -46,23 +56,34 @@ def build_sharding_plan(export: TorchRecExport, module_path: str | None = None) 
                               shard_sizes=list(s.shard_sizes), placement=s.placement)
                 for s in ps.sharding_spec])
         cache = CacheParams(load_factor=ps.cache_params.load_factor) if ps.cache_params else None
-        per_table[t.name] = ParameterSharding(
-            sharding_type=ps.sharding_type, compute_kernel=ps.compute_kernel,
-            ranks=list(ps.ranks), sharding_spec=spec, cache_params=cache)
-    path = export.module_path if module_path is None else module_path
-    return ShardingPlan(plan={path: EmbeddingModuleShardingPlan(per_table)})
+        per_module.setdefault(ec_path if t.pooling == "none" else path, {})[t.name] = \
+            ParameterSharding(
+                sharding_type=ps.sharding_type, compute_kernel=ps.compute_kernel,
+                ranks=list(ps.ranks), sharding_spec=spec, cache_params=cache)
+    if not per_module:
+        per_module[path] = {}
+    return ShardingPlan(plan={p: EmbeddingModuleShardingPlan(per_table)
+                              for p, per_table in per_module.items()})
 
 
 def export_from_sharding_plan(plan: Any, world_size: int, local_world_size: int,
-                              module_path: str = "") -> TorchRecExport:
-    """A TorchRec ShardingPlan (for example from EmbeddingShardingPlanner) in our format."""
-    module_plan = plan.plan.get(module_path)
-    if module_plan is None:
-        raise BadInputError("module_path", f"{module_path!r} is not in the plan "
-                            f"(it has {sorted(plan.plan)})")
+                              module_path: str = "",
+                              ec_module_path: str | None = None) -> TorchRecExport:
+    """A TorchRec ShardingPlan (for example from EmbeddingShardingPlanner) in our format;
+    given `ec_module_path`, also the sequence tables of the EmbeddingCollection there."""
+    modules = [(module_path, "module_path", "sum")]
+    if ec_module_path is not None:
+        modules.append((ec_module_path, "ec_module_path", "none"))
+    entries = []
+    for path, field, pooling in modules:
+        module_plan = plan.plan.get(path)
+        if module_plan is None:
+            raise BadInputError(field, f"{path!r} is not in the plan "
+                                f"(it has {sorted(plan.plan)})")
+        entries.extend((name, ps, pooling) for name, ps in module_plan.items())
     tables = []
     device = "cuda"
-    for name, ps in module_plan.items():
+    for name, ps, pooling in entries:
         shards = None
         if ps.sharding_spec is not None:
             shards = []
@@ -73,10 +94,11 @@ def export_from_sharding_plan(plan: Any, world_size: int, local_world_size: int,
                 device = "cuda" if "cuda" in str(m.placement) else "cpu"
         lf = ps.cache_params.load_factor if ps.cache_params is not None else None
         tables.append(TorchRecTable(
-            name=name, status="exact",
+            name=name, status="exact", pooling=pooling,
             parameter_sharding=TorchRecParameterSharding(
                 sharding_type=ps.sharding_type, compute_kernel=ps.compute_kernel,
                 ranks=list(ps.ranks or []), sharding_spec=shards,
                 cache_params=TorchRecCacheParams(load_factor=lf) if lf else None)))
-    return TorchRecExport(module_path=module_path, device=device, world_size=world_size,
+    return TorchRecExport(module_path=module_path, ec_module_path=ec_module_path or "",
+                          device=device, world_size=world_size,
                           local_world_size=local_world_size, tables=tables)

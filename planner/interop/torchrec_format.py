@@ -76,6 +76,10 @@ class TorchRecTable(StrictModel):
     feature_names: list[str] = Field(default_factory=list)
     pooling_factors: list[float] = Field(default_factory=list)
     batch_sizes: list[int] | None = None
+    # How the table pools (our pooling_mode, TorchRec's PoolingType in lower case): "none" is
+    # a sequence table, an EmbeddingConfig in the EmbeddingCollection at `ec_module_path`;
+    # the others are EmbeddingBagConfigs in the EmbeddingBagCollection at `module_path`.
+    pooling: Literal["sum", "mean", "none"] = "sum"
     # exact: TorchRec runs our plan as written; adjusted: it runs what `parameter_sharding`
     # says, which differs from our plan as `notes` explain; inexpressible: nothing is written.
     status: Status
@@ -87,6 +91,8 @@ class TorchRecExport(StrictModel):
     format: Literal["torchrec"] = "torchrec"
     target: str = "torchrec 1.8.0"
     module_path: str = ""
+    # The EmbeddingCollection's path (sequence tables), beside the EmbeddingBagCollection's.
+    ec_module_path: str = ""
     device: Literal["cuda", "cpu"] = "cuda"
     world_size: Annotated[int, Field(strict=True, ge=1)]
     local_world_size: Annotated[int, Field(strict=True, ge=1)]

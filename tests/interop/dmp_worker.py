@@ -38,17 +38,54 @@ def batch(rank: int, keys: list[tuple[dict, str]]):
         keys=[f for _, f in keys], values=torch.cat(values), lengths=torch.cat(lengths))
 
 
-def reference(tables: list[dict], feats: dict[str, list[str]]):
+def reference(tables: list[dict], feats: dict[str, list[str]], seq: set[str] = frozenset()):
+    """An EmbeddingBagCollection of the tables; with sequence tables (`seq`), a module of an
+    EmbeddingBagCollection "ebc" (the pooled tables) and an EmbeddingCollection "ec" (the
+    sequence tables: EmbeddingConfig, one vector per id), whose outputs are one dict of
+    tensors by feature (a sequence feature's: its JaggedTensor's values, [ids, dim])."""
     import torch
-    from torchrec.modules.embedding_configs import EmbeddingBagConfig
-    from torchrec.modules.embedding_modules import EmbeddingBagCollection
+    from torchrec.modules.embedding_configs import EmbeddingBagConfig, EmbeddingConfig
+    from torchrec.modules.embedding_modules import EmbeddingBagCollection, EmbeddingCollection
 
     torch.manual_seed(SEED)
     cfgs = [EmbeddingBagConfig(name=t["name"], embedding_dim=t["embedding_dim"],
                                num_embeddings=t["num_embeddings"],
                                feature_names=feats[t["name"]])
-            for t in tables]
-    return EmbeddingBagCollection(tables=cfgs, device=torch.device("cpu"))
+            for t in tables if t["name"] not in seq]
+    ebc = EmbeddingBagCollection(tables=cfgs, device=torch.device("cpu"))
+    if not seq:
+        return ebc
+    ec = EmbeddingCollection(tables=[
+        EmbeddingConfig(name=t["name"], embedding_dim=t["embedding_dim"],
+                        num_embeddings=t["num_embeddings"], feature_names=feats[t["name"]])
+        for t in tables if t["name"] in seq], device=torch.device("cpu"))
+    n_pooled = sum(len(feats[t["name"]]) for t in tables if t["name"] not in seq)
+
+    class Both(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ebc, self.ec = ebc, ec
+
+        def forward(self, kjt):
+            kp, ks = kjt.split([n_pooled, len(kjt.keys()) - n_pooled])
+            pooled, seqs = self.ebc(kp), self.ec(ks)
+            pooled = pooled.wait() if hasattr(pooled, "wait") else pooled
+            seqs = seqs.wait() if hasattr(seqs, "wait") else seqs
+            pooled_keys, seq_keys = kp.keys(), ks.keys()
+            out = {f: pooled[f] for f in pooled_keys}
+            out.update({f: seqs[f].values() for f in seq_keys})
+            return out
+
+    return Both()
+
+
+def weight_of(module, name: str):
+    """The reference's weight of table `name`."""
+    if hasattr(module, "embedding_bags"):
+        return module.embedding_bags[name].weight
+    if name in module.ebc.embedding_bags:
+        return module.ebc.embedding_bags[name].weight
+    return module.ec.embeddings[name].weight
 
 
 def main() -> None:
@@ -57,6 +94,7 @@ def main() -> None:
     import torch
     import torch.distributed as dist
     from fbgemm_gpu.split_embedding_configs import EmbOptimType
+    from torchrec.distributed.embedding import EmbeddingCollectionSharder
     from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
     from torchrec.distributed.model_parallel import DistributedModelParallel
     from torchrec.distributed.types import ShardingEnv
@@ -70,15 +108,21 @@ def main() -> None:
     export = TorchRecExport.model_validate(raw["export"])
     # The export's feature names (EmbeddingBagConfig.feature_names), one per feature.
     feats = {t.name: t.feature_names for t in export.tables}
+    # Sequence tables (pooling "none") go to the EmbeddingCollection; their keys follow the
+    # pooled tables' in the KJT.
+    seq = {t.name for t in export.tables if t.pooling == "none"}
+    tables = ([t for t in tables if t["name"] not in seq]
+              + [t for t in tables if t["name"] in seq])
     keys = feature_keys(tables, feats)
-    ref = reference(tables, feats)
-    sharder = EmbeddingBagCollectionSharder(
-        fused_params={"optimizer": EmbOptimType.EXACT_SGD, "learning_rate": LR})
+    ref = reference(tables, feats, seq)
+    fused = {"optimizer": EmbOptimType.EXACT_SGD, "learning_rate": LR}
+    sharders = [EmbeddingBagCollectionSharder(fused_params=fused),
+                EmbeddingCollectionSharder(fused_params=fused)]
     model = DistributedModelParallel(
-        reference(tables, feats), env=ShardingEnv.from_process_group(dist.group.WORLD),
-        device=torch.device("cpu"), plan=build_sharding_plan(export), sharders=[sharder])
+        reference(tables, feats, seq), env=ShardingEnv.from_process_group(dist.group.WORLD),
+        device=torch.device("cpu"), plan=build_sharding_plan(export), sharders=sharders)
     # Copy the reference weights into every local shard, so outputs must match exactly.
-    ref_w = {t["name"]: ref.embedding_bags[t["name"]].weight.detach() for t in tables}
+    ref_w = {t["name"]: weight_of(ref, t["name"]).detach() for t in tables}
     state = model.state_dict()
     with torch.no_grad():
         for key, value in state.items():
@@ -99,7 +143,8 @@ def main() -> None:
         got = got.wait()
     want = ref(kjt)
     g = torch.Generator().manual_seed(99 + rank)
-    weights = {f: torch.randn(BATCH, t["embedding_dim"], generator=g) for t, f in keys}
+    # One weight per output row: per sample of a pooled feature, per id of a sequence one.
+    weights = {f: torch.randn(want[f].shape, generator=g) for _, f in keys}
     loss = sum((got[f] * weights[f]).sum() for _, f in keys)
     loss.backward()
 
@@ -110,8 +155,8 @@ def main() -> None:
     total = 0
     for r in range(world):
         gr = torch.Generator().manual_seed(99 + r)
-        wr = {f: torch.randn(BATCH, t["embedding_dim"], generator=gr) for t, f in keys}
         pooled = ref(batch(r, keys))
+        wr = {f: torch.randn(pooled[f].shape, generator=gr) for _, f in keys}
         total = total + sum((pooled[f] * wr[f]).sum() for _, f in keys)
     total.backward()
     result = {"forward_max_err": {f: float((got[f] - want[f]).detach().abs().max())
@@ -123,7 +168,7 @@ def main() -> None:
         name = key.split(".")[-2]
         kind = next(t.parameter_sharding.sharding_type for t in export.tables if t.name == name)
         result["kinds"][name] = kind
-        grad = ref.embedding_bags[name].weight.grad
+        grad = weight_of(ref, name).grad
         if hasattr(value, "local_shards"):
             errs = []
             for shard in value.local_shards():
@@ -137,7 +182,7 @@ def main() -> None:
     for pname, param in model.named_parameters():
         name = pname.split(".")[-2]
         if result["kinds"].get(name) == "data_parallel" and param.grad is not None:
-            want_grad = ref.embedding_bags[name].weight.grad / world
+            want_grad = weight_of(ref, name).grad / world
             result["update_max_err"][name] = float((param.grad - want_grad).abs().max())
     out.write_text(json.dumps(result))
     dist.barrier()

@@ -29,8 +29,10 @@ HARDWARE = {"name": "cpu2", "hosts": 1, "gpus_per_host": 2,
 
 
 def _table(name: str, rows: int, dim: int, features: list | None = None,
-           **constraints) -> dict:
+           pooling_mode: str | None = None, **constraints) -> dict:
     pooling = {"features": features} if features else {"pooling_factor": 2.0}
+    if pooling_mode is not None:
+        pooling["pooling_mode"] = pooling_mode
     return {"name": name, "num_embeddings": rows, "embedding_dim": dim, **pooling,
             "optimizer": "sgd", "constraints": constraints}
 
@@ -57,6 +59,24 @@ SHARED_TABLES = [
 ]
 SHARED_KINDS = {"shared": "table_wise", "tw1": "table_wise", "rw2": "row_wise"}
 
+# Issue 18 item 5: sequence tables (pooling_mode none) beside pooled ones: TorchRec's
+# EmbeddingConfig in an EmbeddingCollection ("ec"), sharded by its EmbeddingCollectionSharder,
+# the pooled tables in an EmbeddingBagCollection ("ebc").
+SEQ_TABLES = [
+    _table("tw1", 30, 16, sharding_types=["table_wise"], pinned_ranks=[0]),
+    _table("seq_tw", 50, 8, pooling_mode="none", sharding_types=["table_wise"],
+           pinned_ranks=[1]),
+    _table("seq_rw", 41, 8, [{"name": "s_a", "pooling_factor": 1.0},
+                             {"name": "s_b", "pooling_factor": 2.0}], pooling_mode="none",
+           sharding_types=["row_wise"]),
+    _table("seq_cw", 30, 8, pooling_mode="none", sharding_types=["column_wise"],
+           min_column_shard_width=4),
+    # Not here: a data-parallel sequence table, whose EC output under DMP on gloo/CPU fails
+    # inside TorchRec (construct_jagged_tensors: split_with_sizes, 4 rows for 7 lengths).
+]
+SEQ_KINDS = {"tw1": "table_wise", "seq_tw": "table_wise", "seq_rw": "row_wise",
+             "seq_cw": "column_wise"}
+
 
 def _free_port() -> int:
     with socket.socket() as s:
@@ -65,15 +85,22 @@ def _free_port() -> int:
 
 
 @pytest.mark.parametrize("tables,want_kinds", [(TABLES, KINDS),
-                                                (SHARED_TABLES, SHARED_KINDS)],
-                         ids=["one_feature_each", "shared_tables"])
+                                                (SHARED_TABLES, SHARED_KINDS),
+                                                (SEQ_TABLES, SEQ_KINDS)],
+                         ids=["one_feature_each", "shared_tables", "sequence_tables"])
 def test_exported_plan_runs_in_distributed_model_parallel(tmp_path, tables, want_kinds):
     from planner import plan
-    from planner.interop import to_torchrec
+    from planner.interop import build_sharding_plan, to_torchrec
 
     p = plan({"model": {"batch_size_per_gpu": 4, "tables": tables}, "hardware": HARDWARE})
-    export = to_torchrec(p, device="cpu")
+    seq = {t["name"] for t in tables if t.get("pooling_mode") == "none"}
+    paths = {"module_path": "ebc", "ec_module_path": "ec"} if seq else {}
+    export = to_torchrec(p, device="cpu", **paths)
     assert {t.status for t in export.tables} == {"exact"}
+    assert {t.name for t in export.tables if t.pooling == "none"} == seq
+    if seq:  # the EC's tables under its path in TorchRec's ShardingPlan
+        sp = build_sharding_plan(export).plan
+        assert set(sp) == {"ebc", "ec"} and set(sp["ec"]) == seq
     kinds = {t.name: t.sharding_type.value for t in p.tables}
     assert kinds == want_kinds
     for t, spec_t in zip(export.tables, tables, strict=True):

@@ -144,3 +144,19 @@ def test_empty_torchrec_shards_are_not_pieces(make_layout):
     back = layout_from_torchrec(to_torchrec(layout), layout.request)
     assert [(p.rank, p.row_offset, p.row_count) for p in back.tables[0].pieces] == [
         (r, 2 * r, 2) for r in range(5)]
+
+
+def test_sequence_table_pooling_none_read_back():
+    """TorchRec's PoolingType NONE (an EmbeddingConfig of an EmbeddingCollection) becomes a
+    sequence table, pooling_mode none; SUM leaves the field absent."""
+    model = model_from_torchrec_tables([
+        {"name": "s", "num_embeddings": 100, "embedding_dim": 8, "pooling": "PoolingType.NONE",
+         "pooling_factor": 3.0},
+        {"name": "p", "num_embeddings": 100, "embedding_dim": 8, "pooling": "SUM",
+         "pooling_factor": 1.0}], batch_size_per_gpu=8)
+    assert model.tables[0].pooling_mode == "none" and model.tables[0].sequence
+    assert model.tables[1].pooling_mode is None
+    with pytest.raises(BadInputError, match="pooling"):
+        model_from_torchrec_tables([{"name": "s", "num_embeddings": 100, "embedding_dim": 8,
+                                     "pooling": "MAX", "pooling_factor": 1.0}],
+                                   batch_size_per_gpu=8)
