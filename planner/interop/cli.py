@@ -41,6 +41,8 @@ def export_cmd(
                                                 "for gloo on CPU")] = Device.cuda,
     module_path: Annotated[str, typer.Option(help="the EmbeddingBagCollection's path in the "
                                                   "model DistributedModelParallel wraps")] = "",
+    ec_module_path: Annotated[str, typer.Option(help="the EmbeddingCollection's path (the "
+                                                     "sequence tables, pooling_mode none)")] = "",
     output: Annotated[Path | None, typer.Option("-o", "--output")] = None,
     strict: Annotated[bool, typer.Option(help="exit 1 when any table is adjusted")] = False,
 ) -> None:
@@ -58,7 +60,8 @@ def export_cmd(
         fail(exc, exc.exit_code)
     layout = PlanLayout(schema_version=given.schema_version, request=given.request,
                         tables=given.tables)
-    result = to_torchrec(layout, device=device.value, module_path=module_path)
+    result = to_torchrec(layout, device=device.value, module_path=module_path,
+                         ec_module_path=ec_module_path)
     _write(result.model_dump_json(indent=1) + "\n", output)
     for t in result.tables:
         if t.status != "exact":
