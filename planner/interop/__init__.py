@@ -1,6 +1,7 @@
 """TorchRec interop: export our plan as TorchRec's sharding plan, import TorchRec table
-configs and plans, and run or score with TorchRec's planner (torchrec is an optional extra;
-only `sharding_plan` and `torchrec_model` need it, and they import it inside functions).
+configs and plans, plan a TorchRec model's collections directly (`plan_from_torchrec`), and
+run or score with TorchRec's planner (torchrec is an optional extra; only `sharding_plan`,
+`from_module` and `torchrec_model` need it, and they import it inside functions).
 
 Names load on first use, so `planner plan` (which registers this package's CLI) pays nothing.
 """
@@ -14,6 +15,7 @@ _WHERE = {
     "model_from_torchrec_tables": "importing",
     "build_sharding_plan": "sharding_plan",
     "export_from_sharding_plan": "sharding_plan",
+    "plan_from_torchrec": "from_module",
     "TorchRecExport": "torchrec_format",
     "TorchRecTable": "torchrec_format",
     "TorchRecProblem": "torchrec_model",

@@ -5,6 +5,7 @@
 TorchRec's own planner made into our export format, for `layout_from_torchrec`.
 """
 
+from collections.abc import Mapping
 from typing import Any
 
 from planner.errors import BadInputError
@@ -18,10 +19,15 @@ from planner.interop.torchrec_format import (
 
 
 def build_sharding_plan(export: TorchRecExport, module_path: str | None = None,
-                        ec_module_path: str | None = None) -> Any:
+                        ec_module_path: str | None = None,
+                        table_paths: Mapping[str, str] | None = None) -> Any:
     """torchrec.distributed.types.ShardingPlan for one EmbeddingBagCollection (the pooled
     tables, at `module_path`) and, given sequence tables, one EmbeddingCollection (at
     `ec_module_path`; TorchRec shards it with its EmbeddingCollectionSharder).
+
+    `table_paths` (table name -> its collection's module path) puts each table it names under
+    its own path instead, for a model with several collections (`plan_from_torchrec`); the
+    tables of one path must all be pooled or all sequence tables.
 
     Refuses (BadInputError naming the table) when a table is inexpressible: a plan without it
     would make TorchRec shard that table its own way, silently."""
@@ -40,11 +46,23 @@ def build_sharding_plan(export: TorchRecExport, module_path: str | None = None,
                             + "; ".join(bad[0].notes), table=bad[0].name)
     path = export.module_path if module_path is None else module_path
     ec_path = export.ec_module_path if ec_module_path is None else ec_module_path
-    kinds = {t.pooling == "none" for t in export.tables}
-    if kinds == {True, False} and path == ec_path:
-        raise BadInputError("ec_module_path", f"the model has pooled and sequence tables: "
+    table_paths = dict(table_paths or {})
+    stray = sorted(set(table_paths) - {t.name for t in export.tables})
+    if stray:
+        raise BadInputError("table_paths", "not a table of the plan", table=stray[0])
+
+    def path_of(t: TorchRecTable) -> str:
+        return table_paths.get(t.name, ec_path if t.pooling == "none" else path)
+
+    kinds: dict[str, set[bool]] = {}
+    for t in export.tables:
+        kinds.setdefault(path_of(t), set()).add(t.pooling == "none")
+    mixed = [p for p, k in kinds.items() if k == {True, False}]
+    if mixed:
+        field = "table_paths" if table_paths else "ec_module_path"
+        raise BadInputError(field, f"the model has pooled and sequence tables: "
                             f"the EmbeddingBagCollection and the EmbeddingCollection need "
-                            f"different module paths (both {path!r})")
+                            f"different module paths (both {mixed[0]!r})")
     per_module: dict[str, dict[str, Any]] = {}
     for t in export.tables:
         ps = t.parameter_sharding
@@ -56,7 +74,7 @@ def build_sharding_plan(export: TorchRecExport, module_path: str | None = None,
                               shard_sizes=list(s.shard_sizes), placement=s.placement)
                 for s in ps.sharding_spec])
         cache = CacheParams(load_factor=ps.cache_params.load_factor) if ps.cache_params else None
-        per_module.setdefault(ec_path if t.pooling == "none" else path, {})[t.name] = \
+        per_module.setdefault(path_of(t), {})[t.name] = \
             ParameterSharding(
                 sharding_type=ps.sharding_type, compute_kernel=ps.compute_kernel,
                 ranks=list(ps.ranks), sharding_spec=spec, cache_params=cache)
