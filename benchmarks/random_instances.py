@@ -117,7 +117,7 @@ def _preset(name: str) -> tuple[int, int, int]:
     from planner.spec import HardwareRef
 
     spec = resolve_hardware(HardwareRef(preset=name))
-    return int(spec.gpu.hbm_capacity_bytes), int(spec.gpu.hbm_reserved_bytes), spec.gpus_per_host
+    return int(spec.gpu.hbm_capacity_bytes), spec.gpu.hbm_reserved(), spec.gpus_per_host
 
 
 def _row_bytes(dtype: DataType, opt: Optimizer, dim: int) -> int:

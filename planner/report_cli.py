@@ -220,12 +220,13 @@ def sweep_cmd(
         else:
             hw = None
             presets = [x.strip() for x in (preset or "h100").split(",") if x.strip()]
-            from planner.presets import preset_names
+            from planner.presets import preset_choices
 
+            # The names and aliases `planner plan --preset` and the HTTP API accept.
             for pr in presets:
-                if pr not in preset_names():
+                if pr not in preset_choices():
                     raise BadInputError("--preset", f"unknown preset '{pr}' (presets: "
-                                                    f"{', '.join(preset_names())})")
+                                                    f"{', '.join(preset_choices())})")
         opts = {"solver": solver, "time_limit_s": time_limit}
         n = len(presets) * len(counts)
         progress = Progress(TextColumn("sweep"), BarColumn(), MofNCompleteColumn(),
