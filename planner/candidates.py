@@ -6,7 +6,9 @@ host's j-th GPU); table-column-wise chunks go to distinct GPUs of one host; row-
 data-parallel pieces sit one per GPU of the world. Only groups need placement decisions.
 """
 
+import itertools
 import math
+import weakref
 from dataclasses import dataclass
 from enum import Enum
 
@@ -177,25 +179,38 @@ def _fitting_ratios(problem: Problem, t: TableInfo, tiers: list[tuple[Tier, floa
     return out
 
 
+# What the cost model reads of a piece's sharding type: whether it is a data-parallel replica
+# and whether it is host-reduced (table-row-wise, grid); piece_traffic and
+# placed_piece_buffers read nothing else of it (tests/test_candidates.py checks that
+# table-, column-, table-column- and row-wise pieces of one shape cost the same).
+_KIND_CLASS = {k: (k is ShardingType.DATA_PARALLEL,
+                   k in (ShardingType.TABLE_ROW_WISE, ShardingType.GRID)) for k in ShardingType}
+
+
 class _Coster:
-    """Costs one table's distinct piece shapes: each (type, tier, cache ratio, rows, columns)
-    once; a shape's step buffers, the same for every tier and cache ratio, once per table;
-    its memory, the same for every sharding type, once per tier and cache ratio. Groups
-    with the same shapes (a column-wise candidate's chunks) share one set of arrays."""
+    """Costs one table's distinct piece shapes: each (type class, tier, cache ratio, rows,
+    columns) once (_KIND_CLASS: a column-wise and a table-column-wise chunk of one shape are
+    costed once); a shape's step buffers, the same for every tier and cache ratio, once per
+    table; its memory, the same for every sharding type, once per tier and cache ratio.
+    Groups with the same shapes (a column-wise candidate's chunks) share one set of
+    arrays."""
 
     def __init__(self, problem: Problem, t: TableInfo) -> None:
         self.p, self.t = problem, t
-        self.shapes: dict[tuple[ShardingType, Tier, float, int, int], tuple[float, ...]] = {}
-        self.figures: dict[tuple[ShardingType, Tier, float, int, int], tuple[float, ...]] = {}
+        self.shapes: dict[tuple[tuple[bool, bool], Tier, float, int, int],
+                          tuple[float, ...]] = {}
+        self.figures: dict[tuple[tuple[bool, bool], Tier, float, int, int],
+                           tuple[float, ...]] = {}
         self.buffers: dict[tuple[bool, bool, float | None, int, int], int] = {}
         self.memory: dict[tuple[Tier, float, int, int], MemoryFootprint] = {}
-        self.arrays: dict[tuple[ShardingType, Tier, float, tuple[int, ...]],
-                          tuple[np.ndarray, ...]] = {}
+        self.costed: dict[tuple[tuple[bool, bool], Tier, float, tuple[object, ...]],
+                          _Costed] = {}
 
     def _shape(self, kind: ShardingType, tier: Tier, ratio: float, rows: int,
                cols: int) -> tuple[float, ...]:
         """compute, comm, hbm, ddr, ssd, then 3 inter-host bytes and 3 owner rates."""
-        key = (kind, tier, ratio, rows, cols)
+        klass = _KIND_CLASS[kind]
+        key = (klass, tier, ratio, rows, cols)
         found = self.shapes.get(key)
         if found is not None:
             return found
@@ -203,9 +218,7 @@ class _Coster:
         # Buffers differ by data-parallel, host-reduced (table-row-wise, grid) and by the
         # cache's slots (cached tiers): the key holds what they read.
         cached = tier in (Tier.HBM_CACHE, Tier.SSD)
-        bkey = (kind is ShardingType.DATA_PARALLEL,
-                kind in (ShardingType.TABLE_ROW_WISE, ShardingType.GRID),
-                ratio if cached else None, rows, cols)
+        bkey = (*klass, ratio if cached else None, rows, cols)
         buf = self.buffers.get(bkey)
         if buf is None:
             buf = self.buffers[bkey] = placed_piece_buffers(
@@ -224,45 +237,107 @@ class _Coster:
         return found
 
     def group(self, prepared: "_Prepared", kind: ShardingType, tier: Tier,
-              ratio: float | None) -> Group:
+              ratio: float | None) -> "_Costed":
         r = ratio if ratio is not None else 1.0
-        key = (kind, tier, r, prepared.keys)
-        arrays = self.arrays.get(key)
-        if arrays is None:
-            costed = np.array([self._shape(kind, tier, r, rows, cols)
-                               for rows, cols in prepared.shapes], dtype=np.float64)
-            values = costed if prepared.inverse is None else costed[prepared.inverse]
-            # Byte counts are exact integers (< 2**53), so the float round trip is lossless.
-            as_int = values[:, 2:5].astype(np.int64)
-            arrays = self.arrays[key] = (
-                values[:, 0].copy(), values[:, 1].copy(), as_int[:, 0].copy(),
-                as_int[:, 1].copy(), as_int[:, 2].copy(), values[:, 5:8].copy(),
-                values[:, 8:11].copy())
-        comp, comm, hbm, ddr, ssd, inter, rate = arrays
-        return Group(geometry=prepared.geometry, comp=comp, comm=comm, hbm=hbm, ddr=ddr,
-                     ssd=ssd, inter=inter, rate=rate)
+        klass = _KIND_CLASS[kind]
+        key = (klass, tier, r, prepared.key)
+        found = self.costed.get(key)
+        if found is None:
+            rows = [self._shape(kind, tier, r, rows, cols) for rows, cols in prepared.shapes]
+            figures = tuple((shape, self.figures[(klass, tier, r, *shape)])
+                            for shape in prepared.shapes)
+            found = self.costed[key] = _Costed.of(rows, prepared, figures)
+        return found
+
+
+@dataclass(frozen=True, eq=False)
+class _Costed:
+    """One group's per-piece arrays (those of `Group`, shared by every group with the same
+    pieces' shapes), and what `_build` and `_fits_alone` read off them, taken once from its
+    distinct shapes: the same values the per-piece arrays give (maxima and byte sums are
+    exact; the float lists feed math.fsum as before)."""
+
+    arrays: tuple[np.ndarray, ...]  # comp, comm, hbm, ddr, ssd, inter, rate
+    comp: list[float]
+    comm: list[float]
+    max_sum: float  # largest comp + comm of a piece
+    max_max: float  # largest max(comp, comm) of a piece
+    hbm_max: int
+    hbm_min: int
+    hbm_sum: int
+    ddr_sum: int
+    ssd_sum: int
+    ddr_max: int
+    ssd_max: int
+    figures: tuple[tuple[tuple[int, int], tuple[float, ...]], ...]
+
+    @staticmethod
+    def of(rows: list[tuple[float, ...]], prepared: "_Prepared",
+           figures: tuple[tuple[tuple[int, int], tuple[float, ...]], ...]) -> "_Costed":
+        costed = np.array(rows, dtype=np.float64)
+        values = costed if prepared.inverse is None else costed[prepared.inverse]
+        # Byte counts are exact integers (< 2**53), so the float round trip is lossless.
+        as_int = values[:, 2:5].astype(np.int64)
+        arrays = (values[:, 0].copy(), values[:, 1].copy(), as_int[:, 0].copy(),
+                  as_int[:, 1].copy(), as_int[:, 2].copy(), values[:, 5:8].copy(),
+                  values[:, 8:11].copy())
+        if len(rows) == 1:
+            r, n = rows[0], prepared.counts[0]
+            hbm, ddr, ssd = int(r[2]), int(r[3]), int(r[4])
+            return _Costed(arrays, [r[0]] * n, [r[1]] * n, r[0] + r[1], max(r[0], r[1]),
+                           hbm, hbm, hbm * n, ddr * n, ssd * n, ddr, ssd, figures)
+        hbm_l = [int(r[2]) for r in rows]
+        ddr_l = [int(r[3]) for r in rows]
+        ssd_l = [int(r[4]) for r in rows]
+        counts = prepared.counts
+        return _Costed(
+            arrays, arrays[0].tolist(), arrays[1].tolist(),
+            max(r[0] + r[1] for r in rows), max(max(r[0], r[1]) for r in rows),
+            max(hbm_l), min(hbm_l), sum(x * n for x, n in zip(hbm_l, counts, strict=True)),
+            sum(x * n for x, n in zip(ddr_l, counts, strict=True)),
+            sum(x * n for x, n in zip(ssd_l, counts, strict=True)),
+            max(ddr_l), max(ssd_l), figures)
 
 
 @dataclass(frozen=True, eq=False)
 class _Prepared:
     """A group's geometry with its distinct (rows, cols) shapes found once for all tiers:
-    `inverse` maps each piece to its shape (None: one piece)."""
+    `inverse` maps each piece to its shape (None: one piece), `counts` the pieces of each
+    shape, `key` identifies the pieces' sequence of shapes (groups with equal keys share
+    their costed arrays)."""
 
     geometry: np.ndarray
     shapes: tuple[tuple[int, int], ...]
-    keys: tuple[int, ...]
+    key: tuple[object, ...]
     inverse: np.ndarray | None
+    counts: tuple[int, ...]
 
 
 def _prepare(geometry: np.ndarray) -> _Prepared:
-    if len(geometry) == 1:  # most groups: one piece, one shape
-        rows, cols = int(geometry[0, 1]), int(geometry[0, 3])
-        return _Prepared(geometry, ((rows, cols),), ((rows << 17) | cols,), None)
+    n = len(geometry)
+    if n == 1:  # most groups: one piece, one shape
+        shape = ((int(geometry[0, 1]), int(geometry[0, 3])),)
+        return _Prepared(geometry, shape, (shape, 1), None, (1,))
     # One integer key per (rows, cols) shape: cols < 2**17 always (MAX_DIM = 65536).
     keys = (geometry[:, 1] << 17) | geometry[:, 3]
-    shapes, inverse = np.unique(keys, return_inverse=True)
-    pairs = tuple((int(k >> 17), int(k & 0x1FFFF)) for k in shapes.tolist())
-    return _Prepared(geometry, pairs, (*keys.tolist(),), inverse.reshape(-1))
+    first = int(keys[0])
+    if (keys == first).all():  # an even split that divides exactly, a replica per GPU
+        shape = ((first >> 17, first & 0x1FFFF),)
+        return _Prepared(geometry, shape, (shape, n), np.zeros(n, dtype=np.intp), (n,))
+    # Even splits give at most two shapes (the first pieces one row or column larger):
+    # np.unique's sorted shapes and inverse, without its sort.
+    lo, hi = int(keys.min()), int(keys.max())
+    upper = keys == hi
+    if int(upper.sum()) + int((keys == lo).sum()) == n:
+        inverse = upper.astype(np.intp)
+        big = int(inverse.sum())
+        pairs = ((lo >> 17, lo & 0x1FFFF), (hi >> 17, hi & 0x1FFFF))
+        return _Prepared(geometry, pairs, (pairs, inverse.tobytes()), inverse, (n - big, big))
+    distinct, inverse, counts = np.unique(keys, return_inverse=True, return_counts=True)
+    inverse = inverse.reshape(-1)
+    pairs = tuple((int(k >> 17), int(k & 0x1FFFF)) for k in distinct.tolist())
+    return _Prepared(geometry, pairs, (pairs, inverse.tobytes()), inverse,
+                     tuple(counts.tolist()))
 
 
 Shape = tuple[ShardingType, Scope, list[np.ndarray]]
@@ -327,29 +402,32 @@ def _shapes(problem: Problem, t: TableInfo) -> list[Shape]:
 def _build(problem: Problem, t: TableInfo, kind: ShardingType, scope: Scope,
            shape_groups: list[np.ndarray], tier: Tier, ratio: float | None,
            coster: "_Coster | None" = None,
-           prepared: "list[_Prepared] | None" = None) -> Candidate:
+           prepared: "list[_Prepared] | None" = None) -> tuple[Candidate, list[_Costed]]:
     coster = coster or _Coster(problem, t)
     prepared = prepared or [_prepare(geo) for geo in shape_groups]
-    groups = tuple(coster.group(pg, kind, tier, ratio) for pg in prepared)
-    if len(groups) == 1:
-        comp_all, comm_all = groups[0].comp, groups[0].comm
+    costed = [coster.group(pg, kind, tier, ratio) for pg in prepared]
+    groups = tuple(Group(pg.geometry, *c.arrays)
+                   for pg, c in zip(prepared, costed, strict=True))
+    if len(costed) == 1:
+        c0 = costed[0]
+        comp, comm = math.fsum(c0.comp), math.fsum(c0.comm)
+        figures = dict(c0.figures)
     else:
-        comp_all = np.concatenate([g.comp for g in groups])
-        comm_all = np.concatenate([g.comm for g in groups])
-    per_piece = np.maximum(comp_all, comm_all) if problem.model.pipelined else comp_all + comm_all
-    comp, comm = math.fsum(comp_all.tolist()), math.fsum(comm_all.tolist())
-    r = ratio if ratio is not None else 1.0
-    figures = {shape: coster.figures[(kind, tier, r, *shape)]
-               for pg in prepared for shape in pg.shapes}
-    return Candidate(
+        comp = math.fsum(itertools.chain.from_iterable(c.comp for c in costed))
+        comm = math.fsum(itertools.chain.from_iterable(c.comm for c in costed))
+        figures = dict(itertools.chain.from_iterable(c.figures for c in costed))
+    pipelined = problem.model.pipelined
+    cand = Candidate(
         table=t.index, kind=kind, tier=tier, cache_ratio=ratio, scope=scope, groups=groups,
-        work=comp + comm, comp_work=comp, comm_work=comm, max_piece=float(per_piece.max()),
-        max_piece_hbm=int(max(int(g.hbm.max()) for g in groups)),
-        hbm_total=sum(int(g.hbm.sum()) for g in groups),
-        ddr_total=sum(int(g.ddr.sum()) for g in groups),
-        ssd_total=sum(int(g.ssd.sum()) for g in groups),
+        work=comp + comm, comp_work=comp, comm_work=comm,
+        max_piece=max(c.max_max if pipelined else c.max_sum for c in costed),
+        max_piece_hbm=max(c.hbm_max for c in costed),
+        hbm_total=sum(c.hbm_sum for c in costed),
+        ddr_total=sum(c.ddr_sum for c in costed),
+        ssd_total=sum(c.ssd_sum for c in costed),
         figures=figures,
     )
+    return cand, costed
 
 
 def pareto_front(cands: list[Candidate]) -> list[Candidate]:
@@ -368,19 +446,20 @@ def pareto_front(cands: list[Candidate]) -> list[Candidate]:
     return [c for c, d in zip(cands, dominated, strict=True) if not d]
 
 
-def _fits_alone(problem: Problem, c: Candidate) -> bool:
+def _fits_alone(problem: Problem, c: Candidate, costed: list[_Costed]) -> bool:
     """Could this candidate be placed on an empty cluster? (Per-piece and per-host caps.)"""
     hw = problem.hw
     if c.max_piece_hbm > hw.hbm_cap:
         return False
-    for grp in c.groups:
+    for grp, cg in zip(c.groups, costed, strict=True):
+        # Bytes are never negative: a group without DDR (SSD) puts 0 on every host.
         if c.scope is Scope.WORLD:
-            per_host_ddr = grp.ddr.reshape(hw.hosts, -1).sum(axis=1).max()
-            per_host_ssd = grp.ssd.reshape(hw.hosts, -1).sum(axis=1).max()
+            per_host_ddr = grp.ddr.reshape(hw.hosts, -1).sum(axis=1).max() if cg.ddr_sum else 0
+            per_host_ssd = grp.ssd.reshape(hw.hosts, -1).sum(axis=1).max() if cg.ssd_sum else 0
         elif c.scope is Scope.GPU:
-            per_host_ddr, per_host_ssd = grp.ddr.max(), grp.ssd.max()
+            per_host_ddr, per_host_ssd = cg.ddr_max, cg.ssd_max
         else:
-            per_host_ddr, per_host_ssd = grp.ddr.sum(), grp.ssd.sum()
+            per_host_ddr, per_host_ssd = cg.ddr_sum, cg.ssd_sum
         if per_host_ddr > hw.ddr_cap or per_host_ssd > hw.ssd_cap:
             return False
     return True
@@ -391,13 +470,42 @@ def slow_tiers_needed(problem: Problem) -> bool:
     return hbm_need > SLOW_TIER_PRESSURE * problem.hw.world_size * problem.hw.hbm_cap
 
 
+# Each live problem's enumerations, by (table, slow tiers, keep unfit): planning's candidates
+# and the infeasibility certificates (planner/infeasibility.py) enumerate the same tables
+# with every tier, which at 10,000 tables on 8 GPUs took a third of an "infeasible" answer's
+# time. Dropped with the problem (weakref.finalize runs before its id can be reused).
+_ENUMERATED: dict[int, dict[tuple[int, bool, bool], tuple[Candidate, ...]]] = {}
+
+
+def _enumerated(problem: Problem) -> dict[tuple[int, bool, bool], tuple[Candidate, ...]]:
+    memo = _ENUMERATED.get(id(problem))
+    if memo is None:
+        memo = _ENUMERATED[id(problem)] = {}
+        weakref.finalize(problem, _ENUMERATED.pop, id(problem), None)
+    return memo
+
+
 def enumerate_candidates(problem: Problem, t: TableInfo, slow_tiers: bool,
                          keep_unfit: bool = False) -> list[Candidate]:
     """All allowed candidates of a table that fit an empty cluster, minus dominated ones.
 
     Pinned ranks restrict which shapes can be placed at all: row-wise and data-parallel need
-    every rank, host-scoped types need enough pinned GPUs in one host.
+    every rank, host-scoped types need enough pinned GPUs in one host. A problem's own
+    tables are enumerated once per (slow_tiers, keep_unfit) while the problem lives (the
+    candidates are immutable; each call gets its own list).
     """
+    if 0 <= t.index < len(problem.tables) and problem.tables[t.index] is t:
+        memo = _enumerated(problem)
+        key = (t.index, bool(slow_tiers), bool(keep_unfit))
+        found = memo.get(key)
+        if found is None:
+            found = memo[key] = tuple(_enumerate(problem, t, slow_tiers, keep_unfit))
+        return list(found)
+    return _enumerate(problem, t, slow_tiers, keep_unfit)
+
+
+def _enumerate(problem: Problem, t: TableInfo, slow_tiers: bool,
+               keep_unfit: bool) -> list[Candidate]:
     hw = problem.hw
     huge = t.bytes > SLOW_TIER_PRESSURE * hw.world_size * hw.hbm_cap
     tiers = _tier_options(t, slow_tiers or huge)
@@ -413,8 +521,9 @@ def enumerate_candidates(problem: Problem, t: TableInfo, slow_tiers: bool,
         for tier, ratio in tiers:
             if kind is ShardingType.DATA_PARALLEL and tier is not Tier.HBM:
                 continue
-            cand = _build(problem, t, kind, scope, shape, tier, ratio, coster, prepared)
-            if keep_unfit or _fits_alone(problem, cand):
+            cand, costed = _build(problem, t, kind, scope, shape, tier, ratio, coster,
+                                  prepared)
+            if keep_unfit or _fits_alone(problem, cand, costed):
                 out.append(cand)
     return pareto_front(out)
 
@@ -458,4 +567,4 @@ def candidate_of_pieces(problem: Problem, t: TableInfo, kind: ShardingType, tier
         groups = [_geo([p for p in pieces if p[2] == c0]) for c0 in bands]
     else:
         groups = [_geo(pieces)]
-    return _build(problem, t, kind, scope, groups, tier, ratio)
+    return _build(problem, t, kind, scope, groups, tier, ratio)[0]

@@ -1,0 +1,91 @@
+"""Candidate enumeration's shortcuts (planner/candidates.py) give what costing every piece
+afresh gives: the shape cache keyed by the type's class, and the per-problem enumeration
+memo."""
+
+import dataclasses
+
+import pytest
+
+from cost_models import ShardingType, Tier, piece_memory, piece_traffic, placed_piece_buffers
+from planner.candidates import _KIND_CLASS, enumerate_candidates
+from planner.plan_build import shape_figures
+from planner.planning import build_problem, resolve
+from tests.conftest import small_model
+
+_TABLES = [
+    {"name": "zipf", "num_embeddings": 200_000, "embedding_dim": 64, "pooling_factor": 7.5,
+     "access_frequency": {"kind": "zipf", "alpha": 1.1}},
+    {"name": "uniform", "num_embeddings": 50_000, "embedding_dim": 128, "pooling_factor": 2.0,
+     "optimizer": "adam"},
+    {"name": "curve", "num_embeddings": 1_000_003, "embedding_dim": 32, "pooling_factor": 20.0,
+     "access_frequency": {"kind": "curve", "points": [[0.01, 0.4], [0.1, 0.8]]}},
+    {"name": "features", "num_embeddings": 300_000, "embedding_dim": 64,
+     "features": [{"name": "f1", "pooling_factor": 3.0},
+                  {"name": "f2", "pooling_factor": 1.0, "batch_size_per_gpu": 256}]},
+    {"name": "sequence", "num_embeddings": 80_000, "embedding_dim": 32, "pooling_factor": 4.0,
+     "pooling_mode": "none", "access_frequency": {"kind": "zipf", "alpha": 0.9}},
+]
+
+
+@pytest.fixture(scope="module")
+def problem():
+    return build_problem(resolve({"model": small_model(_TABLES),
+                                  "hardware": {"preset": "h100", "hosts": 2}}))
+
+
+def test_types_of_one_class_cost_alike(problem) -> None:
+    """The shape cache shares a piece's costing between the types of one _KIND_CLASS: the
+    cost model must read nothing else of the type."""
+    tiers = [(Tier.HBM, 1.0), (Tier.HBM_CACHE, 0.05), (Tier.DDR, 1.0), (Tier.SSD, 0.1)]
+    by_class: dict[tuple[bool, bool], list[ShardingType]] = {}
+    for kind, klass in _KIND_CLASS.items():
+        by_class.setdefault(klass, []).append(kind)
+    assert len(by_class[(False, False)]) >= 4  # table-, column-, table-column-, row-wise
+    for t in problem.tables:
+        g = t.geom
+        for tier, ratio in tiers:
+            for rows, cols in ((g.rows, g.dim), (g.rows // 8 + 1, g.dim // 2)):
+                for kinds in by_class.values():
+                    first = kinds[0]
+                    want = (piece_traffic(g, first, tier, ratio, rows, cols, problem.hw,
+                                          problem.model),
+                            placed_piece_buffers(g, first, tier, ratio, rows, cols, problem.hw,
+                                                 problem.model),
+                            shape_figures(problem, t, first, tier, ratio, rows, cols))
+                    for kind in kinds[1:]:
+                        got = (piece_traffic(g, kind, tier, ratio, rows, cols, problem.hw,
+                                             problem.model),
+                               placed_piece_buffers(g, kind, tier, ratio, rows, cols,
+                                                    problem.hw, problem.model),
+                               shape_figures(problem, t, kind, tier, ratio, rows, cols))
+                        assert got == want, (t.name, kind, first, tier, rows, cols)
+                assert piece_memory(g, tier, ratio, rows, cols, problem.hw) is not None
+
+
+def test_candidate_figures_are_each_shapes_own(problem) -> None:
+    """Every candidate's figures (slow tiers included) equal plan_build's costing of that
+    shape with the candidate's own type, tier and cache ratio, to the bit."""
+    for t in problem.tables:
+        for c in enumerate_candidates(problem, t, slow_tiers=True):
+            assert c.figures is not None
+            for (rows, cols), fig in c.figures.items():
+                assert fig == tuple(shape_figures(problem, t, c.kind, c.tier, c.cache_ratio,
+                                                  rows, cols)), (t.name, c.label)
+
+
+def test_enumeration_is_memoized_per_problem(problem) -> None:
+    t = problem.tables[0]
+    first = enumerate_candidates(problem, t, slow_tiers=True)
+    again = enumerate_candidates(problem, t, slow_tiers=True)
+    assert again is not first and again == first  # the same candidates, a list of its own
+    assert all(a is b for a, b in zip(first, again, strict=True))
+    # Not the problem's own table object: enumerated afresh, to the same figures.
+    copy = dataclasses.replace(t)
+    fresh = enumerate_candidates(problem, copy, slow_tiers=True)
+    assert [c.dominance_key() for c in fresh] == [c.dominance_key() for c in first]
+    assert not any(a is b for a, b in zip(first, fresh, strict=True))
+    # Another problem of the same request has its own enumeration.
+    other = build_problem(problem.request)
+    theirs = enumerate_candidates(other, other.tables[0], slow_tiers=True)
+    assert not any(a is b for a, b in zip(first, theirs, strict=True))
+    assert [c.dominance_key() for c in theirs] == [c.dominance_key() for c in first]
