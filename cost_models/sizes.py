@@ -24,6 +24,12 @@ def weight_row_bytes(data_type: DataType, cols: int) -> int:
     return cols * _DTYPE_BYTES[data_type] + extra
 
 
+def param_bytes(data_type: DataType, rows: int, cols: int) -> int:
+    """Bytes of a [rows, cols] parameter in its own dtype, as DDP sizes its buckets (no
+    per-row int8 overhead)."""
+    return rows * cols * _DTYPE_BYTES[data_type]
+
+
 def optimizer_state_row_bytes(optimizer: Optimizer, cols: int) -> int:
     """Bytes of optimizer state per row: none for SGD, one fp32 for row-wise Adagrad,
     one fp32 per element for Adagrad, two (first and second moment) for Adam."""

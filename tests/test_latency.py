@@ -151,3 +151,27 @@ def test_unique_rows_among_the_hottest_against_monte_carlo() -> None:
     assert abs(model - mean) <= 4 * se + 1e-9, (model, mean, se)
     assert unique_rows_hot(UniformAccess(), 1000, 800.0, 250) == pytest.approx(
         0.25 * unique_rows(UniformAccess(), 1000, 800.0))
+
+
+def test_executor_prediction_pays_whole_allreduce_calls() -> None:
+    """The plan charges replicas their share of the all-reduce calls (a job's dense part
+    all-reduces anyway); the executor, with no dense part, makes whole DDP calls, and its
+    prediction says so: one call's latency for three small replicas, counted here by hand."""
+    from planner.executor.predict import predict
+    from planner.problem import build_problem
+
+    req = {"model": {"batch_size_per_gpu": 8, "tables": [
+        {"name": f"t{i}", "num_embeddings": 100 + i, "embedding_dim": 8, "pooling_factor": 2.0,
+         "constraints": {"sharding_types": ["data_parallel"]}} for i in range(3)]},
+           "hardware": {"preset": "h100", "hosts": 1}, "options": {"solver": "greedy"}}
+    p = plan(req)
+    ranks, _ = predict(p)
+    hw = build_problem(p.request).hw
+    c = hw.constants
+    w = hw.world_size
+    call = c.allreduce_call_latency_s + 2 * (w - 1) * c.allreduce_hop_latency_s
+    shares = sum((100 + i) * 8 * 4 / c.allreduce_bucket_bytes for i in range(3))  # fp32 grads
+    for rp, g in zip(ranks, p.gpus, strict=True):
+        assert rp.seconds["allreduce"] == pytest.approx(g.cost.allreduce_s + (1 - shares) * call,
+                                                        rel=1e-9)
+        assert rp.seconds["total"] - g.cost.total_s == pytest.approx((1 - shares) * call)

@@ -5,7 +5,7 @@ The all-to-all is `torch.distributed.all_to_all_single` on uint8 buffers with un
 cross a wire, and the cost model does not count it either. The data-parallel all-reduce is a
 ring (reduce-scatter then all-gather over row chunks) written with point-to-point sends, so
 its bytes are countable and it can quantize like the all-to-alls. Replicas' gradients are
-all-reduced in DDP's buckets (buckets.py: one ring per bucket, not one per table).
+all-reduced in DDP's buckets (cost_models/buckets.py: one ring per bucket, not one per table).
 
 Timing (Timer): each collective starts after an untimed barrier when `align` is set, so its
 wall time is the exchange itself, not the wait for a peer still computing; compute is timed
@@ -25,12 +25,6 @@ import torch.distributed as dist
 
 from cost_models.types import CommPrecision
 from planner.executor import quant
-from planner.executor.buckets import (  # noqa: F401  (re-exported: the executor's constants)
-    ALLREDUCE_BUCKET_BYTES,
-    ALLREDUCE_FIRST_BUCKET_BYTES,
-    allreduce_calls,
-    bucket_assignment,
-)
 
 # Longest wait for gloo's worker thread to let go of a finished collective's buffers.
 SETTLE_S = 2.0

@@ -1,10 +1,13 @@
 """The cost model's figures for each rank and piece of a plan, taken from cost_models only
 (piece_traffic, hit_rate, piece_memory) and the plan's per-GPU cost terms, for the
-configuration that runs (the scaled plan)."""
+configuration that runs (the scaled plan), with the one term the executor pays differently
+from a training job: whole all-reduce calls for its replicas (_whole_calls)."""
 
 from dataclasses import dataclass, field
 
 from cost_models import (
+    HardwareProfile,
+    ModelGeom,
     ShardingType,
     Tier,
     hit_rate,
@@ -12,6 +15,7 @@ from cost_models import (
     piece_traffic,
     placed_piece_buffers,
 )
+from cost_models.latency import whole_calls_s
 from cost_models.memory import (
     StepBuffers,
     bags_per_gpu,
@@ -19,8 +23,9 @@ from cost_models.memory import (
     owner_buffers,
     step_peak,
 )
+from cost_models.sizes import comm_row_bytes, param_bytes
 from planner.plan_model import Plan
-from planner.problem import build_problem
+from planner.problem import TableInfo, build_problem
 
 # The byte counts compared per rank, per step.
 COLLECTIVES = ("input_lengths", "input_ids", "output_fwd", "output_bwd", "allreduce")
@@ -106,10 +111,29 @@ def predict(plan: Plan) -> tuple[list[RankPrediction], list[PiecePrediction]]:
         rp.buffer_terms["exchange_fwd"] = terms.exchange(True)
         rp.buffer_terms["exchange_bwd"] = terms.exchange(False)
         rp.buffer_terms["workspace_largest_piece"] = max((b.workspace for b in bs), default=0)
+    whole = _whole_calls(plan, by_name, hw, model)
     for g in plan.gpus:
         c = g.cost
         ranks[g.rank].seconds = {
             "lookup": c.lookup_s, "backward": c.backward_s, "cache_miss": c.cache_miss_s,
             "input_a2a": c.input_a2a_s, "output_a2a": c.output_a2a_s,
-            "allreduce": c.allreduce_s, "total": c.total_s}
+            "allreduce": c.allreduce_s + whole[g.rank],
+            "total": c.total_s + whole[g.rank]}
     return ranks, pieces
+
+
+def _whole_calls(plan: Plan, by_name: dict[str, TableInfo], hw: HardwareProfile,
+                 model: ModelGeom) -> list[float]:
+    """Per rank, the all-reduce latency the executor pays beyond the plan's figure: the plan
+    charges replicas their share of calls (a job's dense part all-reduces anyway), the
+    executor, with no dense part, makes whole calls (cost_models.latency.whole_calls_s)."""
+    grads: list[list[float]] = [[] for _ in range(hw.world_size)]
+    params: list[list[int]] = [[] for _ in range(hw.world_size)]
+    for tp in reversed(plan.tables):  # ready order, as rank.py buckets them
+        if tp.sharding_type is not ShardingType.DATA_PARALLEL:
+            continue
+        g = by_name[tp.name].geom
+        for r in sorted({p.rank for p in tp.pieces}):
+            grads[r].append(g.rows * comm_row_bytes(model.bwd_precision, g.dim))
+            params[r].append(param_bytes(g.data_type, g.rows, g.dim))
+    return [whole_calls_s(hw, gs, ps) for gs, ps in zip(grads, params, strict=True)]

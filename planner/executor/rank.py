@@ -20,7 +20,7 @@ A step, per docs/DESIGN.md:
 4. loss 0.5*|pooled - target|^2 on the owner; the backward all-to-alls mirror step 3 with the
    pooled gradients; every piece adds up its rows' gradients and applies the optimizer over
    the sorted unique ids; data-parallel replicas all-reduce their gradients (a ring per
-   bucket of DDP's sizes, buckets.py) instead.
+   bucket of DDP's sizes, cost_models/buckets.py) instead.
 Every exchange is at the plan's forward/backward communication precision.
 
 Timing (comm.Timer), per step and phase: the thread's own CPU time for compute, the wall
@@ -38,9 +38,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from cost_models.buckets import bucket_assignment
 from cost_models.types import CommPrecision, Tier
 from planner.executor import kernels, quant, synthetic
-from planner.executor.buckets import bucket_assignment
 from planner.executor.comm import Comm, Timer
 from planner.executor.job import RunOptions
 from planner.executor.layout import WIRE_INTS, Chunk, ExecLayout, Piece, TableExec

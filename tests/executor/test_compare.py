@@ -15,7 +15,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from planner.executor import buckets  # noqa: E402
+from cost_models import buckets  # noqa: E402
 from planner.executor.comm import SETTLE_S, PhaseTime, Timer  # noqa: E402
 from planner.executor.compare import (  # noqa: E402
     compare,

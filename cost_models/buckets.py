@@ -1,7 +1,8 @@
 """How data-parallel gradients are grouped into all-reduce calls, as DDP's reducer does.
 
-Torch-free on purpose: the cost model (numpy only) imports it to count the all-reduce calls
-of a plan, so the executor and the model agree on one definition. `comm.py` re-exports it.
+Torch-free on purpose: the cost model counts a plan's all-reduce calls with it
+(latency.plan_allreduce_calls) and the executor makes its buckets with it (rank.py), so the
+two agree on one definition.
 
 DDP (torch 2.13, torch/nn/parallel/distributed.py and reducer.cpp) rebuilds its buckets
 after the first iteration in the order gradients became ready: the first bucket holds up to
