@@ -29,6 +29,12 @@ class Clock(StrEnum):
     cpu = "cpu"
 
 
+class Kernels(StrEnum):
+    torch = "torch"
+    fbgemm = "fbgemm"
+    auto = "auto"
+
+
 class Format(StrEnum):
     table = "table"
     json = "json"
@@ -87,6 +93,11 @@ def register(app: typer.Typer) -> None:
             help="with --compare, collectives in wall time after a barrier, or in the rank "
                  "process's CPU time (gloo's threads included: steadier on a shared "
                  "machine)")] = Clock.wall,
+        kernels: Annotated[Kernels, typer.Option(
+            help="the ranks' embedding kernels: torch (embedding_bag), fbgemm (FBGEMM's "
+                 "table-batched embedding with its fused optimizer for the hbm pieces it "
+                 "serves, torch for the rest), auto (fbgemm where fbgemm_gpu imports)")
+        ] = Kernels.torch,
         eps: Annotated[float, typer.Option(
             help="epsilon of the Adagrad, row-wise Adagrad and Adam updates")] = 1e-8,
         fault: Annotated[str | None, typer.Option(
@@ -120,7 +131,8 @@ def register(app: typer.Typer) -> None:
         opts = RunOptions(steps=steps, warmup_steps=warmup_steps, seed=seed, lr=lr,
                           device=device.value,
                           cache_policy=cache_policy.value if cache_policy else None,
-                          collective_timeout_s=collective_timeout, eps=eps, fault=fault)
+                          collective_timeout_s=collective_timeout, eps=eps, fault=fault,
+                          kernels=kernels.value)
         if (prepare_only or collect) and run_dir is None:
             fail("--prepare-only and --collect need --run-dir", 2)
         try:

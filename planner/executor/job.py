@@ -30,6 +30,10 @@ class RunOptions:
     # or "alloc:RANK:BYTES" (the rank allocates BYTES more in every measured lookup phase).
     fault: str | None = None
     scale_rows: float = 1.0  # what the plan was scaled by (recorded for the report)
+    # The ranks' embedding kernels: "torch" (kernels.py), "fbgemm" (FBGEMM's TBE for the
+    # pieces it serves, planner/executor/fbgemm.py) or "auto" (fbgemm where fbgemm_gpu
+    # imports); `prepare` resolves auto before the ranks start.
+    kernels: str = "torch"
     # Test hook: names of deliberate bugs (planner/executor/mutants.py) every rank runs with.
     mutants: tuple[str, ...] = ()
 

@@ -91,7 +91,14 @@ MUTANTS = (
            "for it in expect[s]:", "for it in reversed(expect[s]):",
            what="output all-to-all: received buffer cut into blocks in the wrong order"),
 )
-BY_NAME = {m.name: m for m in MUTANTS}
+# Bugs of the --kernels fbgemm path (planner/executor/fbgemm.py): no-ops on the torch path,
+# so not in MUTANTS; tests/executor/test_executor_fbgemm.py runs them with --kernels fbgemm.
+FBGEMM_MUTANTS = (
+    Mutant("tbe_lr", "optimizer", "planner.executor.fbgemm:build_tbe",
+           "learning_rate=cfg.lr,", "learning_rate=1.01 * cfg.lr,",
+           what="the TBE's fused optimizer given a learning rate 1% high"),
+)
+BY_NAME = {m.name: m for m in (*MUTANTS, *FBGEMM_MUTANTS)}
 
 
 def apply_patch(target: str, old: str, new: str) -> None:

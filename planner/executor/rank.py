@@ -42,6 +42,7 @@ from cost_models.buckets import bucket_assignment
 from cost_models.types import CommPrecision, Tier
 from planner.executor import kernels, quant, synthetic
 from planner.executor.comm import Comm, Timer
+from planner.executor.fbgemm import TbeGroup, TbeStore, group_pieces
 from planner.executor.job import RunOptions
 from planner.executor.layout import WIRE_INTS, Chunk, ExecLayout, Piece, TableExec
 from planner.executor.memprobe import MemProbe
@@ -115,7 +116,24 @@ class RankExecutor:
         self.ballast = _ballast(opts.fault, rank)
         self.pieces = lay.pieces_on(rank)
         self.stores: dict[str, RowStore] = {}
+        # --kernels fbgemm: FBGEMM's TBE for the pieces it serves, one per (optimizer, dtype)
+        # group, lookups fused over the group; the others' reason to run on torch, by key.
+        self.tbe_groups: list[TbeGroup] = []
+        self.torch_why: dict[str, str] = {}
+        if opts.kernels == "fbgemm":
+            groups, self.torch_why = group_pieces(list(lay.tables), self.pieces, device)
+            for ps in groups.values():
+                init = [self._initial(lay.tables[p.table], p.row0, p.rows, p.col0, p.cols)
+                        for p in ps]
+                group = TbeGroup(ps, [lay.tables[p.table] for p in ps], init, self.optim,
+                                 device)
+                del init
+                self.tbe_groups.append(group)
+                for i, p in enumerate(ps):
+                    self.stores[p.key] = TbeStore(group, i)
         for p in self.pieces:
+            if p.key in self.stores:
+                continue
             t = lay.tables[p.table]
             w, s = self._initial(t, p.row0, p.rows, p.col0, p.cols)
             self.stores[p.key] = make_store(w, s, t.tier, t.cache_ratio, device,
@@ -205,13 +223,26 @@ class RankExecutor:
             ballast = (torch.ones(self.ballast, dtype=torch.uint8, device=self.device)
                        if self.ballast and train else None)
             for p in self.pieces:
-                lengths, ids = routed[p.key]
+                st = self.stores[p.key]
+                # A TBE piece's ids are read once more, into its group's one index tensor
+                # (which the TBE keeps for its backward): not kept here beside it.
+                lengths, ids = (routed.pop(p.key) if isinstance(st, TbeStore)
+                                else routed[p.key])
                 offsets = self._offsets(lay.tables[p.table], lengths, ids)
                 # In place: the received ids are not read again (no second [ids] buffer).
                 local = ids.sub_(p.row0) if p.row0 else ids
-                with self._on_host(p):
-                    pooled[p.key] = self.stores[p.key].pool(local, offsets)
                 lookups[p.key] = (local, offsets)
+                if isinstance(st, TbeStore):
+                    st.hits += int(local.numel())
+                    st.lookups += int(local.numel())
+                    continue
+                with self._on_host(p):
+                    pooled[p.key] = st.pool(local, offsets)
+            for group in self.tbe_groups:  # one fused lookup per group
+                keys = [p.key for p in group.pieces]
+                for k, v in zip(keys, group.pool([lookups.pop(k) for k in keys], train),
+                                strict=True):
+                    pooled[k] = v
             for ti, rep in self.replicas.items():
                 lengths, ids = (torch.from_numpy(a).to(self.device, copy=True)
                                 for a in batches[ti])
@@ -232,8 +263,11 @@ class RankExecutor:
             with self._phase("output_a2a_bwd"):
                 full = self._output_bwd(grads)
             with self._phase("backward"):
+                for group in self.tbe_groups:  # row gradients and optimizer fused
+                    group.backward([full.pop(p.key) for p in group.pieces])
                 for p in self.pieces:
-                    self._update_piece(p, lookups[p.key], full[p.key], step)
+                    if p.key in lookups:
+                        self._update_piece(p, lookups[p.key], full[p.key], step)
                 dense = {}
                 for ti in sorted(self.replicas, reverse=True):  # DDP's ready order
                     ids, offsets = lookups[f"dp{ti}"]

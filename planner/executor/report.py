@@ -85,6 +85,12 @@ def render(rep: ExecutionReport, out: Console, compare: bool = False,
            cpu_clock: bool = False) -> None:
     out.print(f"plan {rep.plan_hash[:12]}: {rep.world} ranks on {rep.device}, batch {rep.batch} "
               f"per rank, {rep.steps} measured steps, rows x {rep.scale_rows:g}")
+    if rep.kernels == "fbgemm":
+        on_tbe = sorted(k for k, v in rep.piece_kernels.items() if v == "fbgemm")
+        rest = {k: v for k, v in rep.piece_kernels.items() if v != "fbgemm"}
+        out.print(f"kernels: FBGEMM TBE for {len(on_tbe)} pieces; torch for {len(rest)}"
+                  + (f" ({'; '.join(f'{k} {v[7:]}' for k, v in sorted(rest.items()))})"
+                     if rest else ""), markup=False)
     t = Table(title="bytes per step (measured / predicted)")
     t.add_column("rank", justify="right")
     for name in ("input lengths recv", "input ids recv", "output fwd sent", "output bwd recv",

@@ -85,6 +85,10 @@ class ExecutionReport:
     # in wall time after a barrier; in compare_cpu, in the rank process's CPU time.
     compare: dict[str, Any] = field(default_factory=dict)
     compare_cpu: dict[str, Any] = field(default_factory=dict)
+    # The ranks' embedding kernels ("torch" or "fbgemm", RunOptions.kernels resolved), and
+    # with fbgemm, per piece: "fbgemm", or "torch: " and why the TBE does not serve it.
+    kernels: str = "torch"
+    piece_kernels: dict[str, str] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -116,11 +120,14 @@ def prepare(plan: Plan, opts: RunOptions, run_dir: Path, scale_rows: float = 1.0
         run = with_cache_policy(run, opts.cache_policy)
     # The warm-up the caches of the plan that runs need, unless the caller fixed one.
     warm = warmup_steps(run) if opts.warmup_steps is None else opts.warmup_steps
-    opts = RunOptions(**{**asdict(opts), "scale_rows": scale_rows, "warmup_steps": warm,
-                         "keep_outputs": opts.keep_outputs and reference})
     lay = exec_layout(run)
     check_wire_widths(lay)
     check_data_types(lay)
+    from planner.executor.fbgemm import resolve
+
+    opts = RunOptions(**{**asdict(opts), "scale_rows": scale_rows, "warmup_steps": warm,
+                         "keep_outputs": opts.keep_outputs and reference,
+                         "kernels": resolve(opts.kernels)})
     write_job(run_dir, run, opts)
     return lay.world
 
@@ -141,10 +148,11 @@ def check_data_types(lay: ExecLayout) -> None:
         if t.data_type.value not in TRAINED_DATA_TYPES:
             dt = t.data_type.value
             raise ValueError(
-                f"table '{t.name}' has data_type {dt}: planner execute trains the plan and "
-                f"runs {', '.join(TRAINED_DATA_TYPES)} tables only ({dt} weights are "
-                f"quantized for inference; FBGEMM has no training kernel for them); execute "
-                f"a copy of the plan with this table as fp16")
+                f"table '{t.name}' has data_type {dt}: planned but not executed: planner "
+                f"execute trains the plan and runs {', '.join(TRAINED_DATA_TYPES)} tables "
+                f"only ({dt} weights are row-wise quantized for inference: FBGEMM's {dt} "
+                f"TBE, IntNBitTableBatchedEmbeddingBagsCodegen, is inference-only, with no "
+                f"backward or optimizer); execute a copy of the plan with this table as fp16")
 
 
 def collect(run_dir: Path) -> ExecutionReport:
@@ -159,6 +167,9 @@ def collect(run_dir: Path) -> ExecutionReport:
     rep = ExecutionReport(run.plan_hash, lay.world, lay.batch, opts.steps, opts.scale_rows,
                           opts.device)
     rep.warmup_steps = opts.warmup_steps or 0
+    rep.kernels = opts.kernels
+    for m in measured:
+        rep.piece_kernels.update(m.get("kernels", {}))
     _compare_model(rep, run, lay, measured)
     _compare_peak(rep, run, measured)
     from planner.executor.compare import compare

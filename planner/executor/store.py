@@ -42,8 +42,9 @@ _DTYPES = {DataType.FP32: torch.float32, DataType.FP16: torch.float16,
 
 def torch_dtype(dt: DataType) -> torch.dtype:
     if dt not in _DTYPES:
-        raise ValueError(f"the executor stores {', '.join(d.value for d in _DTYPES)} weights; "
-                         f"{dt.value} (per-row quantized) storage is not implemented")
+        raise ValueError(f"the executor trains {', '.join(d.value for d in _DTYPES)} weights; "
+                         f"{dt.value} (per-row quantized, inference-only in FBGEMM) tables "
+                         f"are refused before the ranks start (run.check_data_types)")
     return _DTYPES[dt]
 
 

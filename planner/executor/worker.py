@@ -126,6 +126,12 @@ def _measurements(ex: "object", steps: int, device: "object") -> dict:
                        "out_bwd_bytes": s.out_bwd_bytes * per}
                    for k, s in ex.stats.items()},
         "cache": {k: {"hits": st.hits, "lookups": st.lookups} for k, st in stores.items()},
+        # --kernels fbgemm: which pieces the TBE served (the others: torch, and why), and
+        # the bytes of the TBEs' own bookkeeping tensors (not in the memory model).
+        "kernels": ({p.key: ("fbgemm" if p.key not in ex.torch_why
+                             else f"torch: {ex.torch_why[p.key]}") for p in ex.pieces}
+                    if ex.opts.kernels == "fbgemm" else {}),
+        "tbe_bookkeeping_bytes": sum(g.bookkeeping() for g in ex.tbe_groups),
         "memory": {f: sum(getattr(m, f) for m in mem) for f in ("hbm", "ddr", "ssd",
                                                                 "extra_ddr")},
     }
