@@ -48,6 +48,13 @@ class CostConstants:
         takes ~20-25 us.
     allreduce_bucket_bytes: data-parallel gradients are all-reduced in buckets of at most
         this many bytes, as DDP does (bucket_cap_mb = 25 MiB by default).
+    host_piece_overhead_s: fixed time per step of each piece whose rows live in host memory
+        (ddr, hbm_cache, ssd tiers: any piece with host or SSD traffic), charged to
+        cache_miss beside its bytes: the host-side gathers, scatters and, for a cache, its
+        index search and re-admission, launched per piece. 0 by default (the presets' figures
+        count bytes only: FBGEMM's UVM and cache kernels are launched with the lookup's, whose
+        launch piece_overhead_s holds); planner calibrate fits it on the executor's host-tier
+        stores (planner/calibration/bench.py bench_host).
     """
 
     hbm_efficiency: float = 0.55
@@ -68,6 +75,7 @@ class CostConstants:
     allreduce_call_latency_s: float = 1e-5
     allreduce_hop_latency_s: float = 1e-6
     allreduce_bucket_bytes: int = 25 * 1024 * 1024
+    host_piece_overhead_s: float = 0.0
 
 
 @dataclass(frozen=True)

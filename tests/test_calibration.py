@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from planner.calibration.bench import Measurements
 from planner.calibration.fit import fit_linear
-from planner.calibration.profile import build_profile, fit_collectives, fit_kernels
+from planner.calibration.profile import build_profile, fit_collectives, fit_host, fit_kernels
 from planner.cli import app
 from planner.spec import HardwareSpec
 
@@ -21,6 +21,7 @@ TRUE = {
     "piece_overhead_s": 8e-6, "update_launch_s": 5e-5, "inv_hbm_bw": 1 / 40e9,
     "inv_backward_bw": 1 / 2e9, "a2a_call_latency_s": 3e-4, "a2a_peer_latency_s": 2e-4,
     "allreduce_call_latency_s": 1e-4, "allreduce_hop_latency_s": 5e-4, "inv_link_bw": 1 / 1e9,
+    "host_piece_overhead_s": 2e-4, "inv_host_bw": 1 / 3e9, "inv_ssd_bw": 1 / 8e9,
 }
 
 
@@ -39,6 +40,12 @@ def synthetic(noise: float, outliers: float, seed: int = 0) -> Measurements:
                                                   + b * TRUE["inv_hbm_bw"])})
         m.backward.append({"bytes": b, "seconds": t(TRUE["update_launch_s"]
                                                     + b * TRUE["inv_backward_bw"])})
+    for i, b in enumerate(np.geomspace(1e4, 1e8, 24)):
+        # ddr pieces (host bytes only) and ssd pieces (pages too: many more bytes).
+        ssd = 0.0 if i % 2 else 8 * b
+        m.host.append({"tier": "ssd" if ssd else "ddr", "host_bytes": b, "ssd_bytes": ssd,
+                       "seconds": t(TRUE["host_piece_overhead_s"] + b * TRUE["inv_host_bw"]
+                                    + ssd * TRUE["inv_ssd_bw"])})
     for w in (2, 3, 4):
         for b in np.geomspace(64, 4e6, 8):
             m.alltoall.append({"world": w, "bytes": b, "seconds": t(
@@ -52,7 +59,7 @@ def synthetic(noise: float, outliers: float, seed: int = 0) -> Measurements:
 
 def _fits(m: Measurements) -> dict[str, tuple[float, tuple[float, float]]]:
     out = {}
-    for fit in (fit_kernels(m), fit_collectives(m)):
+    for fit in (fit_kernels(m), fit_host(m), fit_collectives(m)):
         for n, v, ci in zip(fit.names, fit.values, fit.ci95, strict=True):
             out[n] = (v, ci)
     return out
@@ -133,3 +140,39 @@ def test_one_rank_keeps_the_presets_collective_constants() -> None:
     assert hw.constants.a2a_call_latency_s == HardwareSpec.model_validate(
         {**spec, "constants": {}}).constants.a2a_call_latency_s
     assert hw.constants.update_launch_s == pytest.approx(TRUE["update_launch_s"], rel=0.1)
+
+
+def test_host_tier_fit_reaches_the_model_through_the_profile() -> None:
+    # The fitted host read rate, SSD rate and per-piece host overhead are what the cost model
+    # reads from the profile (eff_host_read_bw, a GPU's eff_ssd_bw, cache_miss's overhead).
+    from cost_models import Tier
+    from planner.planning import resolve
+    from planner.problem import build_problem
+
+    spec, prov = build_profile("h100", synthetic(0.02, 0.0), "cpu", "planner calibrate (test)")
+    hw = HardwareSpec.model_validate(spec).profile()
+    assert hw.eff_host_read_bw == pytest.approx(3e9, rel=0.1)
+    assert hw.eff_ssd_bw == pytest.approx(8e9, rel=0.1)
+    assert hw.constants.host_piece_overhead_s == pytest.approx(2e-4, rel=0.15)
+    assert set(prov["fits"]["host"]["by_tier"]) == {"ddr", "ssd"}
+    req = {"model": "deeprecsys_rm1", "hardware": {**spec, "hosts": 1, "gpus_per_host": 2},
+           "options": {"solver": "greedy"}}
+    problem = build_problem(resolve(req))
+    from cost_models import ShardingType, piece_cost
+
+    t = problem.tables[0]
+    args = (ShardingType.TABLE_WISE, Tier.DDR, 1.0, t.geom.rows, t.geom.dim, problem.hw,
+            problem.model)
+    ddr = piece_cost(t.geom, *args)
+    hbm = piece_cost(t.geom, ShardingType.TABLE_WISE, Tier.HBM, 1.0, *args[3:])
+    assert hbm.cache_miss == 0.0
+    assert ddr.cache_miss > hw.constants.host_piece_overhead_s
+
+
+def test_host_overhead_left_out_of_the_json_at_its_default() -> None:
+    # A new constant at its default (0: no term) is not in the request's JSON, so plans made
+    # before it hash as they did.
+    from planner.spec.hardware import ConstantsSpec
+
+    assert "host_piece_overhead_s" not in ConstantsSpec().model_dump()
+    assert ConstantsSpec(host_piece_overhead_s=1e-4).model_dump()["host_piece_overhead_s"] == 1e-4

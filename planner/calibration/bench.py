@@ -1,23 +1,37 @@
 """Microbenchmarks on this machine through the executor's own code paths.
 
-- lookups: `DenseStore.pool` (kernels.pool_bags, torch's fused embedding_bag), timed against
-  rows, dim, pooling and batch; the model's bytes are hbm_fwd = lookups * (row + id) bytes.
+- lookups: a piece's whole lookup as `RankExecutor.step` runs it (rank.py): the bag offsets
+  from the received lengths (`kernels.bag_offsets`), then `DenseStore.pool`
+  (kernels.pool_bags, torch's fused embedding_bag), timed against rows, dim, pooling and
+  batch; the model's bytes are hbm_fwd = lookups * (row + id) bytes.
 - backward: `kernels.row_grads_bags` then `DenseStore.update` with each optimizer, as the
   ranks run a piece's backward; bytes = the distinct rows read and written with their state
   plus the pooled gradients read per lookup (traffic.py).
+- host tiers: a ddr, hbm_cache or ssd piece's steps through the executor's stores
+  (`make_store`: DenseStore in host memory, CachedStore), with the rank's spans: a ddr or
+  ssd piece's pool and update inside `cache_miss`, a cache's misses, write-backs and
+  re-admission (`end_step`) inside it by the store's own `host_span`, timed by the rank's
+  `comm.Timer` as the rank times its `cache_miss` phase; the model's bytes are
+  cost_models.traffic.piece_traffic's `host` and `ssd` for the same shape.
 - collectives: `Comm.alltoall` and `Comm.ring_allreduce` over gloo (CPU) or NCCL (CUDA) on
   loopback ranks, against message size and world size.
 
-Each figure is the median of `reps` timed runs after one untimed run; a collective's time is
-the slowest rank's median (every rank waits for it).
+Compute is timed as the ranks time it (comm.Timer): on CPU the thread's own CPU time, and
+inside the profiler the executor's CPU memory probe keeps running in every rank
+(memprobe.MemProbe: torch.profiler with profile_memory, which adds its recording to every
+operator); on CUDA wall time after a device synchronize. Each figure is the median of `reps`
+timed runs after one untimed run; a collective's time is the slowest rank's median (every
+rank waits for it).
 """
 
+import contextlib
 import os
 import queue
 import statistics
 import tempfile
 import time
-from collections.abc import Callable
+from collections import defaultdict
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,8 +56,18 @@ class BenchConfig:
     a2a_bytes: tuple[int, ...] = (64, 16_384, 262_144, 1_048_576)  # per peer
     allreduce_rows: tuple[int, ...] = (64, 4_096, 65_536)  # of 16 fp32 columns
     world_sizes: tuple[int, ...] = (2, 3)
+    # Host tiers (ddr, hbm_cache, ssd pieces): shapes and cache ratios of the cached tiers.
+    host_tiers: tuple[Tier, ...] = (Tier.DDR, Tier.HBM_CACHE, Tier.SSD)
+    host_rows: tuple[int, ...] = (10_000, 200_000)
+    host_dims: tuple[int, ...] = (16, 64)
+    host_poolings: tuple[int, ...] = (1, 8)
+    host_batches: tuple[int, ...] = (256, 2048)
+    host_cache_ratios: tuple[float, ...] = (0.05, 0.3)
     reps: int = 9
     seed: int = 0
+    # Time compute inside the profiler the executor's CPU memory probe runs in every rank
+    # (memprobe.MemProbe), as the ranks' timings are taken (CPU only).
+    executor_probe: bool = True
 
     @staticmethod
     def smoke() -> "BenchConfig":
@@ -51,7 +75,8 @@ class BenchConfig:
         return BenchConfig(rows=(10_000,), dims=(16, 64), poolings=(1, 8), batches=(256,),
                            optimizers=(Optimizer.SGD, Optimizer.ADAM),
                            a2a_bytes=(64, 262_144), allreduce_rows=(64, 16_384),
-                           world_sizes=(2,), reps=2)
+                           world_sizes=(2,), host_rows=(10_000,), host_dims=(16,),
+                           host_batches=(256,), host_cache_ratios=(0.1,), reps=2)
 
     @staticmethod
     def long(world: int) -> "BenchConfig":
@@ -71,18 +96,41 @@ class Measurements:
     backward: list[dict[str, float]] = field(default_factory=list)
     alltoall: list[dict[str, float]] = field(default_factory=list)
     allreduce: list[dict[str, float]] = field(default_factory=list)
+    host: list[dict[str, Any]] = field(default_factory=list)
 
 
-def _median_time(fn: Callable[[], object], reps: int, sync: Callable[[], None]) -> float:
+def _clock(device: torch.device) -> Callable[[], float]:
+    """The clock the ranks time compute by (comm.Timer): the thread's CPU time on CPU (one
+    thread per rank, so other processes' load is not counted), wall time on CUDA."""
+    return time.perf_counter if device.type == "cuda" else time.thread_time
+
+
+def _median_time(fn: Callable[[], object], reps: int, sync: Callable[[], None],
+                 clock: Callable[[], float] = time.perf_counter) -> float:
     fn()
     sync()
     times = []
     for _ in range(reps):
-        t0 = time.perf_counter()
+        t0 = clock()
         fn()
         sync()
-        times.append(time.perf_counter() - t0)
+        times.append(clock() - t0)
     return statistics.median(times)
+
+
+@contextlib.contextmanager
+def executor_probe(device: torch.device, on: bool) -> Iterator[None]:
+    """The profiler a CPU rank runs under from its start to its end (memprobe.MemProbe:
+    torch.profiler, CPU activities, profile_memory), so that each operator costs here what it
+    costs in a rank. Nothing on CUDA (the probe reads the allocator's statistics per phase
+    there, not per operator)."""
+    if not on or device.type != "cpu":
+        yield
+        return
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True):
+        yield
 
 
 def _sync_of(device: torch.device) -> Callable[[], None]:
@@ -99,6 +147,7 @@ def bench_kernels(cfg: BenchConfig, device: torch.device, out: Measurements,
 
     gen = torch.Generator().manual_seed(cfg.seed)
     sync = _sync_of(device)
+    clock = _clock(device)
     cfg_o = kernels.OptimConfig()
     for rows in cfg.rows:
         for dim in cfg.dims:
@@ -110,11 +159,16 @@ def bench_kernels(cfg: BenchConfig, device: torch.device, out: Measurements,
                     for batch in cfg.batches:
                         n = batch * pooling
                         ids = torch.randint(0, rows, (n,), generator=gen).to(device)
-                        offsets = kernels.bag_offsets(
-                            torch.full((batch,), pooling, dtype=torch.int64)).to(device)
+                        lengths = torch.full((batch,), pooling, dtype=torch.int64).to(device)
+                        offsets = kernels.bag_offsets(lengths)
                         if opt is cfg.optimizers[0]:
-                            t = _median_time(lambda s_=store, i_=ids, o_=offsets:
-                                             s_.pool(i_, o_), cfg.reps, sync)
+                            # A piece's lookup as rank.py's step runs it: its bag offsets
+                            # from the lengths it received, then the store's fused pool.
+                            def lookup(s_: DenseStore = store, i_: torch.Tensor = ids,
+                                       len_: torch.Tensor = lengths) -> torch.Tensor:
+                                return s_.pool(i_, kernels.bag_offsets(len_))
+
+                            t = _median_time(lookup, cfg.reps, sync, clock)
                             out.lookup.append({"bytes": n * (dim * 4 + ID_BYTES),
                                                "launches": 1.0, "seconds": t,
                                                "rows": rows, "dim": dim, "pooling": pooling,
@@ -128,7 +182,7 @@ def bench_kernels(cfg: BenchConfig, device: torch.device, out: Measurements,
                             store.update(uniq, lambda w_, s_: kernels.apply_optimizer(
                                 opt, cfg_o, w_, s_, g, 1))
 
-                        t = _median_time(backward, cfg.reps, sync)
+                        t = _median_time(backward, cfg.reps, sync, clock)
                         uniq = int(torch.unique(ids).numel())
                         row = dim * 4 + optimizer_state_row_bytes(opt, dim)
                         out.backward.append({"bytes": uniq * 2 * row + n * GRAD_BYTES * dim,
@@ -136,6 +190,113 @@ def bench_kernels(cfg: BenchConfig, device: torch.device, out: Measurements,
                                              "dim": dim, "pooling": pooling, "batch": batch,
                                              "optimizer": str(opt), "unique": uniq})
                         tick()
+
+
+def _host_traffic(rows: int, dim: int, pooling: int, batch: int, tier: Tier, ratio: float,
+                  opt: Optimizer) -> tuple[float, float]:
+    """(host, ssd) bytes the cost model counts for a table-wise piece of this shape on one
+    GPU (cost_models.traffic.piece_traffic, uniform ids as the benchmark draws them)."""
+    from cost_models import (
+        CostConstants,
+        DataType,
+        HardwareProfile,
+        ModelGeom,
+        ShardingType,
+        TableGeom,
+        UniformAccess,
+        piece_traffic,
+    )
+
+    hw = HardwareProfile(hosts=1, gpus_per_host=1, hbm_bytes=1, hbm_reserved_bytes=0,
+                         hbm_bw=1.0, ddr_bytes=1, ddr_reserved_bytes=0, ddr_bw=1.0,
+                         ssd_bytes=1, ssd_bw=1.0, nvlink_bw=1.0, nic_bw=1.0, pcie_bw=1.0,
+                         constants=CostConstants())
+    geom = TableGeom(rows=rows, dim=dim, pooling=float(pooling), access=UniformAccess(),
+                     data_type=DataType.FP32, optimizer=opt)
+    model = ModelGeom(batch_per_gpu=batch, fwd_precision=CommPrecision.FP32,
+                      bwd_precision=CommPrecision.FP32, pipelined=False)
+    tr = piece_traffic(geom, ShardingType.TABLE_WISE, tier, ratio, rows, dim, hw, model)
+    return tr.host, tr.ssd
+
+
+def bench_host(cfg: BenchConfig, device: torch.device, out: Measurements,
+               tick: Callable[[], None], work_dir: Path) -> None:
+    """A ddr, hbm_cache or ssd piece's steps through the executor's stores, its host-memory
+    work timed as rank.py times its `cache_miss` phase (comm.Timer, the same spans): the
+    lookup (bag offsets, then the store's pool: a ddr or ssd piece's wholly on the host, an
+    hbm_cache's misses), the backward (row gradients, then the store's update: a ddr or ssd
+    piece's wholly, an hbm_cache's misses and its state in host memory) and the cache's
+    re-admission (end_step). New uniform ids every step, as the ranks draw them; the caches
+    are filled by `warm` untimed steps first (they start empty)."""
+    from contextlib import AbstractContextManager, nullcontext
+
+    from planner.executor import kernels
+    from planner.executor.comm import Timer
+    from planner.executor.store import CachedStore, make_store
+
+    gen = torch.Generator().manual_seed(cfg.seed + 1)
+    opt = Optimizer.ROWWISE_ADAGRAD  # every bundled fixture's optimizer
+    cfg_o = kernels.OptimConfig()
+    warm = 4
+    k = 0
+    for tier in cfg.host_tiers:
+        ratios = cfg.host_cache_ratios if tier in (Tier.HBM_CACHE, Tier.SSD) else (0.0,)
+        for rows in cfg.host_rows:
+            for dim in cfg.host_dims:
+                w0 = torch.randn(rows, dim, generator=gen)
+                s0 = torch.zeros(rows, kernels.state_cols(opt, dim))
+                for ratio in ratios:
+                    for pooling in cfg.host_poolings:
+                        for batch in cfg.host_batches:
+                            k += 1
+                            store = make_store(w0.clone(), s0.clone(), tier, ratio, device,
+                                               "lfu", work_dir / f"host{k}")
+                            seconds: dict[str, float] = defaultdict(float)
+                            timer = Timer(device, seconds)
+                            store.host_span = lambda timer=timer: timer("cache_miss")
+                            n = batch * pooling
+                            lengths = torch.full((batch,), pooling, dtype=torch.int64
+                                                 ).to(device)
+                            grad = torch.randn(batch, dim, generator=gen).to(device)
+
+                            def on_host(timer: Timer = timer, tier: Tier = tier
+                                        ) -> AbstractContextManager[None]:
+                                # rank.py _on_host: a ddr or ssd piece's row traffic.
+                                return (timer("cache_miss") if tier in (Tier.DDR, Tier.SSD)
+                                        else nullcontext())
+
+                            hits = looked = 0
+                            for step in range(warm + cfg.reps):
+                                if step == warm:
+                                    store.hits = store.lookups = 0
+                                    timer.reset()
+                                ids = torch.randint(0, rows, (n,), generator=gen).to(device)
+                                timer.new_step()
+                                with timer("lookup"):
+                                    offsets = kernels.bag_offsets(lengths)
+                                    with on_host():
+                                        store.pool(ids, offsets)
+                                with timer("backward"):
+                                    uniq, g = kernels.row_grads_bags(ids, offsets, grad)
+                                    with on_host():
+                                        store.update(uniq, lambda w_, s_, g=g, st=step:
+                                                     kernels.apply_optimizer(
+                                                         opt, cfg_o, w_, s_, g, st + 1))
+                                    with (store.host_span() if isinstance(store, CachedStore)
+                                          else nullcontext()):
+                                        store.end_step()
+                            hits, looked = store.hits, store.lookups
+                            t = statistics.median(st["cache_miss"].cpu for st in timer.steps)
+                            host_b, ssd_b = _host_traffic(rows, dim, pooling, batch, tier,
+                                                          ratio, opt)
+                            out.host.append({"tier": str(tier), "rows": rows, "dim": dim,
+                                             "pooling": pooling, "batch": batch,
+                                             "cache_ratio": ratio, "optimizer": str(opt),
+                                             "host_bytes": host_b, "ssd_bytes": ssd_b,
+                                             "hit_rate": hits / looked if looked else None,
+                                             "seconds": t})
+                            del store
+                            tick()
 
 
 def _collective_rank(rank: int, world: int, init_file: str, device_type: str,
@@ -239,7 +400,10 @@ def steps_of(cfg: BenchConfig) -> int:
     """Progress ticks a run makes (kernel shapes, then one per world size)."""
     shapes = len(cfg.rows) * len(cfg.dims) * len(cfg.optimizers) * len(cfg.poolings) \
         * len(cfg.batches)
-    return shapes + len(cfg.world_sizes)
+    host = sum(len(cfg.host_cache_ratios) if t in (Tier.HBM_CACHE, Tier.SSD) else 1
+               for t in cfg.host_tiers) * len(cfg.host_rows) * len(cfg.host_dims) \
+        * len(cfg.host_poolings) * len(cfg.host_batches)
+    return shapes + host + len(cfg.world_sizes)
 
 
 def to_arrays(rows: list[dict[str, float]], keys: tuple[str, ...]) -> np.ndarray:

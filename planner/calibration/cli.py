@@ -57,13 +57,16 @@ def register(app: typer.Typer) -> None:
                      f"(torch {torch.__version__}); calibrate with --device cpu", 2)
             if world_size > torch.cuda.device_count():
                 world_size = torch.cuda.device_count()
+        import tempfile
         from dataclasses import replace
 
         from planner.calibration.bench import (
             BenchConfig,
             Measurements,
             bench_collectives,
+            bench_host,
             bench_kernels,
+            executor_probe,
             steps_of,
         )
         from planner.calibration.profile import build_profile
@@ -97,7 +100,10 @@ def register(app: typer.Typer) -> None:
         torch.set_num_threads(1)  # as the executor's ranks run
         dev = torch.device("cuda", 0) if device is CalDevice.cuda else torch.device("cpu")
         m = Measurements()
-        bench_kernels(cfg, dev, m, tick)
+        # Compute inside the profiler a CPU rank runs in (bench.executor_probe), as timed there.
+        with tempfile.TemporaryDirectory() as tmp, executor_probe(dev, cfg.executor_probe):
+            bench_kernels(cfg, dev, m, tick)
+            bench_host(cfg, dev, m, tick, Path(tmp))
         if device is CalDevice.cuda and torch.cuda.device_count() < 2:
             cfg = replace(cfg, world_sizes=())
         if not cfg.world_sizes:
@@ -112,7 +118,8 @@ def register(app: typer.Typer) -> None:
             sys.stderr.write("\n")
         command = "planner " + " ".join(shlex.quote(a) for a in sys.argv[1:])
         try:
-            spec, provenance = build_profile(preset, m, device.value, command)
+            spec, provenance = build_profile(preset, m, device.value, command,
+                                             probe=cfg.executor_probe and dev.type == "cpu")
             resolved = validate_model(HardwareSpec, spec)
         except (BadInputError, ValueError) as exc:
             fail(f"the fitted profile is not valid: {exc}", 1)
@@ -125,15 +132,16 @@ def register(app: typer.Typer) -> None:
         print(f"wrote {output} (and {side.name}) in {time.monotonic() - start:.1f} s")
         print("  effective bandwidths (GB/s): " + ", ".join(
             f"{k} {v:.3g}" if v else f"{k} not seen (preset's kept)" for k, v in eff.items()))
-        for name in ("piece_overhead_s", "update_launch_s", "a2a_call_latency_s",
-                     "a2a_peer_latency_s", "allreduce_call_latency_s",
+        for name in ("piece_overhead_s", "update_launch_s", "host_piece_overhead_s",
+                     "a2a_call_latency_s", "a2a_peer_latency_s", "allreduce_call_latency_s",
                      "allreduce_hop_latency_s"):
             fit = fits["kernels"]["constants"].get(name) or \
+                (fits["host"] or {"constants": {}})["constants"].get(name) or \
                 (fits["collectives"] or {"constants": {}})["constants"].get(name)
             interval = f"95% {fit['ci95'][0]:.3g} .. {fit['ci95'][1]:.3g}" if fit else \
                 f"{preset}'s"
             print(f"  {name:26s} {c[name]:.3g} s  ({interval})")
-        for k in ("kernels", "collectives"):
+        for k in ("kernels", "host", "collectives"):
             f = fits[k]
             if f is None:
                 continue

@@ -1,8 +1,14 @@
 """Fit the named constants from measurements and write them into a hardware profile.
 
 Three fits, each of the cost model's own form (cost.py, latency.py):
-- kernels: lookup t = piece_overhead_s + bytes / eff_hbm_bw and backward
+- kernels: lookup t = piece_overhead_s + bytes / eff_hbm_bw (bytes: hbm_fwd; the time: a
+  piece's bag offsets and pool, as rank.py's step runs them) and backward
   t = update_launch_s + bytes / (eff_hbm_bw * backward_efficiency).
+- host tiers: a ddr, hbm_cache or ssd piece's cache_miss time per step,
+  t = host_piece_overhead_s + host bytes / eff_host_read_bw + SSD bytes / eff_ssd_bw (the
+  bytes: traffic.piece_traffic's for the shape). The host read rate becomes the PCIe link's
+  (pcie_gb_per_s * pcie_efficiency, raised past the preset's peak where faster), DDR's share
+  kept above it at the profile's gpus_per_host; the SSD rate a GPU's share at that count.
 - collectives: all-to-all t = a2a_call + a2a_peer (W - 1) + bytes / eff_link and ring
   all-reduce t = ar_call + ar_hop 2 (W - 1) + bytes / eff_link, jointly (one link bandwidth:
   one host's all-reduce runs at eff NVLink, hardware.eff_allreduce_bw). With one world size
@@ -20,6 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from cost_models import CostConstants
 from planner.calibration.bench import Measurements, to_arrays
 from planner.calibration.fit import FitResult, fit_linear
 from planner.presets import preset_dict
@@ -34,6 +41,46 @@ def fit_kernels(m: Measurements) -> FitResult:
     t = np.concatenate([lk[:, 1], bw[:, 1]])
     return fit_linear(x, t, ("piece_overhead_s", "update_launch_s", "inv_hbm_bw",
                              "inv_backward_bw"))
+
+
+HOST_NAMES = ("host_piece_overhead_s", "inv_host_bw", "inv_ssd_bw")
+
+
+def fit_host(m: Measurements) -> FitResult | None:
+    """cache_miss seconds of host-tier pieces against (1, host bytes, SSD bytes); a column the
+    data cannot see (no ssd points) is held at 0 with no interval. None without points."""
+    if not m.host:
+        return None
+    x = np.array([[1.0, float(r["host_bytes"]), float(r["ssd_bytes"])] for r in m.host])
+    t = np.array([float(r["seconds"]) for r in m.host])
+    keep = [j for j in range(x.shape[1]) if np.any(x[:, j])]
+    fit = fit_linear(x[:, keep], t, tuple(HOST_NAMES[j] for j in keep))
+    if len(keep) == len(HOST_NAMES):
+        return fit
+    vals = dict(zip(fit.names, fit.values, strict=True))
+    se = dict(zip(fit.names, fit.stderr, strict=True))
+    ci = dict(zip(fit.names, fit.ci95, strict=True))
+    return FitResult(names=HOST_NAMES, values=tuple(vals.get(n, 0.0) for n in HOST_NAMES),
+                     stderr=tuple(se.get(n, 0.0) for n in HOST_NAMES),
+                     ci95=tuple(ci.get(n, (0.0, 0.0)) for n in HOST_NAMES),
+                     rel_residual_median=fit.rel_residual_median,
+                     rel_residual_p90=fit.rel_residual_p90, points=fit.points,
+                     outliers=fit.outliers)
+
+
+def host_residuals_by_tier(m: Measurements, fit: FitResult) -> dict[str, dict[str, float]]:
+    """Median and p90 |relative residual| of the host fit per tier (one overhead for every
+    host tier: how far each tier's points sit from it)."""
+    out: dict[str, dict[str, float]] = {}
+    for tier in sorted({str(r["tier"]) for r in m.host}):
+        rows = [r for r in m.host if str(r["tier"]) == tier]
+        rel = np.array([abs((fit.value("host_piece_overhead_s")
+                             + float(r["host_bytes"]) * fit.value("inv_host_bw")
+                             + float(r["ssd_bytes"]) * fit.value("inv_ssd_bw"))
+                            / float(r["seconds"]) - 1) for r in rows])
+        out[tier] = {"rel_residual_median": float(np.median(rel)),
+                     "rel_residual_p90": float(np.quantile(rel, 0.9)), "points": len(rows)}
+    return out
 
 
 def fit_collectives(m: Measurements) -> FitResult:
@@ -82,10 +129,11 @@ def _efficiency(inv_bw: float, peak_gbs: float) -> tuple[float, float] | None:
     return peak_gbs, eff_gbs / peak_gbs
 
 
-def build_profile(preset: str, m: Measurements, device: str, command: str
-                  ) -> tuple[dict[str, Any], dict[str, Any]]:
+def build_profile(preset: str, m: Measurements, device: str, command: str,
+                  probe: bool = False) -> tuple[dict[str, Any], dict[str, Any]]:
     """(hardware spec dict for --hardware, provenance dict with every fit)."""
     kern = fit_kernels(m)
+    hfit = fit_host(m)
     # One rank (or one GPU) measures no collective: their constants stay the preset's.
     coll = fit_collectives(m) if m.alltoall and m.allreduce else None
     spec = preset_dict(preset)
@@ -109,7 +157,37 @@ def build_profile(preset: str, m: Measurements, device: str, command: str
     else:
         spec["links"] = {**spec["links"], "nvlink_gb_per_s": link[0]}
         consts["nvlink_efficiency"] = link[1]
-    fits = [f for f in (kern, coll) if f is not None]
+    if hfit is None:
+        kept += ["pcie_efficiency", "ssd_efficiency", "host_piece_overhead_s"]
+    else:
+        g = int(spec.get("gpus_per_host", 1))
+        pcie = _efficiency(hfit.value("inv_host_bw"), float(spec["links"]["pcie_gb_per_s"]))
+        if pcie is None:
+            kept.append("pcie_efficiency")
+        else:
+            spec["links"] = {**spec["links"], "pcie_gb_per_s": pcie[0]}
+            consts["pcie_efficiency"] = pcie[1]
+            # eff_host_read_bw = min(PCIe, DDR's share): keep DDR's share at or above the
+            # fitted rate, so the fitted rate is what the model reads.
+            need = pcie[0] * pcie[1] * g
+            ddr_bw = float(spec["host"]["ddr_bandwidth_gb_per_s"])
+            ddr_eff = float(consts.get("ddr_efficiency", CostConstants().ddr_efficiency))
+            if ddr_bw * ddr_eff < need:
+                if ddr_bw >= need:
+                    consts["ddr_efficiency"] = need / ddr_bw
+                else:
+                    spec["host"] = {**spec["host"], "ddr_bandwidth_gb_per_s": need}
+                    consts["ddr_efficiency"] = 1.0
+        # A GPU's share of the host's SSD rate at the profile's gpus_per_host.
+        inv_ssd = hfit.value("inv_ssd_bw")
+        ssd = _efficiency(inv_ssd / g, float(spec["host"]["ssd_bandwidth_gb_per_s"])) \
+            if inv_ssd > 0 else None
+        if ssd is None:
+            kept.append("ssd_efficiency")
+        else:
+            spec["host"] = {**spec["host"], "ssd_bandwidth_gb_per_s": ssd[0]}
+            consts["ssd_efficiency"] = ssd[1]
+    fits = [f for f in (kern, hfit, coll) if f is not None]
     if coll is None:
         kept += ["a2a_call_latency_s", "a2a_peer_latency_s", "allreduce_call_latency_s",
                  "allreduce_hop_latency_s"]
@@ -129,7 +207,8 @@ def build_profile(preset: str, m: Measurements, device: str, command: str
         f"{device}; fitted: {', '.join(n for f in fits for n in f.names)}.",
         "Fit residuals (relative): " + "; ".join(
             f"{k} median {f.rel_residual_median:.3f}, p90 {f.rel_residual_p90:.3f} over "
-            f"{f.points} points" for k, f in (("kernels", kern), ("collectives", coll))
+            f"{f.points} points" for k, f in (("kernels", kern), ("host tiers", hfit),
+                                              ("collectives", coll))
             if f is not None) + ". Every interval: the provenance file beside this one."
         + (f" Not seen by the data, kept from {preset}: {', '.join(kept)}." if kept else ""),
     ]
@@ -145,14 +224,23 @@ def build_profile(preset: str, m: Measurements, device: str, command: str
         "cuda": (torch.cuda.get_device_name(0)
                  if device == "cuda" and torch.cuda.is_available() else None),
         "base_preset": preset,
+        # Compute timed as the ranks time it (bench.py): thread CPU time on CPU, inside the
+        # executor's CPU memory probe (torch.profiler, profile_memory) where it runs.
+        "compute_clock": ("wall time after a device synchronize" if device == "cuda" else
+                          "thread CPU time (time.thread_time), as comm.Timer"),
+        "executor_probe": probe,
         "fits": {"kernels": kern.as_dict(),
+                 "host": ({**hfit.as_dict(), "by_tier": host_residuals_by_tier(m, hfit)}
+                          if hfit else None),
                  "collectives": coll.as_dict() if coll else None},
         "effective_bandwidth_gb_per_s": {
             k: (1e-9 / v if v > 0 else None) for k, v in (
                 ("hbm", kern.value("inv_hbm_bw")), ("backward", kern.value("inv_backward_bw")),
+                ("host_read", hfit.value("inv_host_bw") if hfit else 0.0),
+                ("ssd", hfit.value("inv_ssd_bw") if hfit else 0.0),
                 ("link", coll.value("inv_link_bw") if coll else 0.0))},
         "kept_from_preset": kept,
-        "measurements": {"lookup": m.lookup, "backward": m.backward,
+        "measurements": {"lookup": m.lookup, "backward": m.backward, "host": m.host,
                          "alltoall": m.alltoall, "allreduce": m.allreduce},
     }
     return spec, provenance

@@ -190,6 +190,21 @@ class ConstantsSpec(StrictModel):
         _DEFAULT_CONSTANTS.allreduce_bucket_bytes, description=(
             "Largest data-parallel gradient bucket all-reduced in one call (DDP's "
             "bucket_cap_mb), in bytes."))
+    host_piece_overhead_s: Seconds = Field(
+        _DEFAULT_CONSTANTS.host_piece_overhead_s, description=(
+            "Fixed time per step of each piece whose rows live in host memory (ddr, "
+            "hbm_cache, ssd tiers), charged to cache_miss beside its bytes: its host-side "
+            "gathers, scatters and cache upkeep, in seconds (0: bytes only; planner "
+            "calibrate fits it)."))
+
+    @model_serializer(mode="wrap")
+    def _drop_unset_new_constants(self, handler: SerializerFunctionWrapHandler) -> Any:
+        """Constants added after plans were hashed are left out of the JSON at their default
+        (0: no term), so a request that does not set them hashes as before."""
+        data = handler(self)
+        if isinstance(data, dict) and data.get("host_piece_overhead_s", None) == 0.0:
+            del data["host_piece_overhead_s"]
+        return data
 
 
 class HardwareSpec(StrictModel):
