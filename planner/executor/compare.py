@@ -27,6 +27,7 @@ import math
 import statistics
 from typing import Any
 
+from planner.executor.predict import with_whole_calls
 from planner.plan_model import Plan
 
 PHASES = ("input_a2a", "lookup", "cache_miss", "output_a2a_fwd", "backward", "output_a2a_bwd",
@@ -148,6 +149,10 @@ def compare(plan: Plan, ranks: list[dict[str, Any]], device: str,
     for r in ranks:
         g = gpus[r["rank"]]
         cost = g.cost.model_dump()
+        # The executor's whole all-reduce calls where the plan charges shares (predict.py).
+        sp = r.get("seconds_predicted") or {}
+        whole = sp.get("allreduce", cost["allreduce_s"]) - cost["allreduce_s"]
+        cost["allreduce_s"] += whole
         pred = predicted_phases(cost, r["bytes"]["output_fwd"]["predicted"],
                                 r["bytes"]["output_bwd"]["predicted"])
         meas, unmodelled = measured_phases(r.get("timing") or [], collective_clock)
@@ -160,7 +165,9 @@ def compare(plan: Plan, ranks: list[dict[str, Any]], device: str,
             phases[ph] = {"predicted": p, "measured": m, "error": err}
         rows.append({"rank": r["rank"], "phases": phases,
                      "predicted_total": sum(pred.values()),
-                     "predicted_step_s": g.cost.total_s,  # max(compute, comm) when pipelined
+                     # max(compute, comm) when pipelined
+                     "predicted_step_s": with_whole_calls(g.cost.compute_s, g.cost.comm_s,
+                                                          whole, plan.request.model.pipelined),
                      "measured_total": sum(meas.values()),
                      "unmodelled": unmodelled})
     for row in rows:

@@ -118,8 +118,16 @@ def predict(plan: Plan) -> tuple[list[RankPrediction], list[PiecePrediction]]:
             "lookup": c.lookup_s, "backward": c.backward_s, "cache_miss": c.cache_miss_s,
             "input_a2a": c.input_a2a_s, "output_a2a": c.output_a2a_s,
             "allreduce": c.allreduce_s + whole[g.rank],
-            "total": c.total_s + whole[g.rank]}
+            "total": with_whole_calls(c.compute_s, c.comm_s, whole[g.rank],
+                                      plan.request.model.pipelined)}
     return ranks, pieces
+
+
+def with_whole_calls(compute_s: float, comm_s: float, whole_s: float, pipelined: bool
+                     ) -> float:
+    """A GPU's step time with `whole_s` more all-reduce latency (communication)."""
+    comm = comm_s + whole_s
+    return max(compute_s, comm) if pipelined else compute_s + comm
 
 
 def _whole_calls(plan: Plan, by_name: dict[str, TableInfo], hw: HardwareProfile,

@@ -29,6 +29,7 @@ from planner.executor.run import execute  # noqa: E402
 from planner.plan_model import Plan, PlanLayout  # noqa: E402
 from planner.planning import evaluate  # noqa: E402
 from planner.presets import preset_dict  # noqa: E402
+from planner.problem import build_problem  # noqa: E402
 
 
 def test_buckets_are_ddps():
@@ -165,6 +166,16 @@ def test_buckets_run_one_ring_each_and_match_the_reference(bucket_plan, tmp_path
         assert row["measured_total"] > 0
     again = compare(bucket_plan, rep.ranks, "cpu")
     assert again["plan"]["measured_step_s"] == c["plan"]["measured_step_s"]
+    # The prediction compared is the executor's: two whole DDP calls, not the plan's shares
+    # (3 x 1.28 MB of 25 MiB: 0.15 of a call).
+    hw = build_problem(bucket_plan.request).hw
+    k = hw.constants
+    call = k.allreduce_call_latency_s + 2 * (hw.world_size - 1) * k.allreduce_hop_latency_s
+    for row, g in zip(c["ranks"], bucket_plan.gpus, strict=True):
+        shares = 3 * 5000 * 64 * 4 / k.allreduce_bucket_bytes
+        assert row["phases"]["allreduce"]["predicted"] == pytest.approx(
+            g.cost.allreduce_s + (2 - shares) * call)
+        assert row["predicted_step_s"] == pytest.approx(g.cost.total_s + (2 - shares) * call)
     assert isinstance(PhaseTime(), PhaseTime)
 
 
