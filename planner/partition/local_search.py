@@ -33,6 +33,10 @@ _RESHARD_TABLES = 6
 # deficit, each onto the least loaded GPUs of its host that fit.
 _PULL_PIECES, _PULL_TARGETS = 16, 4
 _REL_EPS = 1e-9
+# _move_screen: pieces whose vectorized value lies within this (relative) of the least are
+# valued exactly; at most this many cells (pieces x GPUs x 3) per vectorized block.
+_SCREEN_TOL = 1e-9
+_SCREEN_CELLS = 1 << 21
 
 
 @dataclass
@@ -144,12 +148,15 @@ class LocalSearch:
         on_s = np.flatnonzero(pc.rank == s)
         best: tuple[float, int, int] | None = None
         deficit = st.deficit()
+        if len(on_s) > 1:
+            on_s = self._move_screen(s, on_s, deficit, limit)
         for i in on_s:
             # s loses the piece's own inter-host bytes, so its owner-side wait can grow.
             new_s = float(st.combine(st.comp[s] - pc.comp[i], st.comm[s] - pc.comm[i]
                                      + st.wait_of(deficit[s] + pc.inter[i])))
+            # st.wait_with(inter), with the deficit computed once for all pieces.
             new = st.combine(st.comp + pc.comp[i],
-                             st.comm + pc.comm[i] + st.wait_with(pc.inter[i]))
+                             st.comm + pc.comm[i] + st.wait_of(deficit - pc.inter[i][None, :]))
             dst = np.arange(st.w)
             ok = self._fits(int(i), dst) & (dst != s)
             mask = self.masks[pc.table[i]]
@@ -167,6 +174,41 @@ class LocalSearch:
         self._relocate(i, g)
         self.stats.moves += 1
         return [(i, s)]
+
+    def _move_screen(self, s: int, on_s: np.ndarray, deficit: np.ndarray,
+                     limit: float) -> np.ndarray:
+        """The pieces of `on_s` (in their order) whose move could be the best: each piece's
+        move valued for all pieces at once, as _move values it one piece at a time, and
+        those within _SCREEN_TOL of the least kept. Only the order of a few additions can
+        differ from _move's (~1e-16 relative), so the best piece and every piece tied with
+        it stay, and _move's exact loop over them picks what it would pick over all."""
+        st, pc, hw = self.state, self.pieces, self.p.hw
+        cross = st.host_of != st.host_of[s]  # every piece here sits on s's host
+        ddr, ssd = st.ddr[st.host_of], st.ssd[st.host_of]
+        vals = np.empty(len(on_s))
+        step = max(1, _SCREEN_CELLS // (3 * st.w))
+        for lo in range(0, len(on_s), step):
+            idx = on_s[lo:lo + step]
+            comp, comm, inter = pc.comp[idx], pc.comm[idx], pc.inter[idx]
+            new_s = st.combine(st.comp[s] - comp, st.comm[s] - comm
+                               + st.wait_of(deficit[s][None, :] + inter))
+            new = st.combine(st.comp[None, :] + comp[:, None],
+                             st.comm[None, :] + comm[:, None]
+                             + st.wait_of(deficit[None, :, :] - inter[:, None, :]))
+            ok = st.hbm[None, :] + pc.hbm[idx][:, None] <= hw.hbm_cap
+            ok &= ~cross[None, :] | (ddr[None, :] + pc.ddr[idx][:, None] <= hw.ddr_cap)
+            ok &= ~cross[None, :] | (ssd[None, :] + pc.ssd[idx][:, None] <= hw.ssd_cap)
+            ok[:, s] = False
+            for row, i in enumerate(idx.tolist()):
+                mask = self.masks[pc.table[i]]
+                if mask is not None:
+                    ok[row] &= mask
+            vals[lo:lo + step] = np.maximum(new_s, np.where(ok, new, np.inf).min(axis=1))
+        finite = np.isfinite(vals)
+        if not finite.any():
+            return on_s[:0]
+        least = float(vals[finite].min())
+        return on_s[finite & (vals <= least + _SCREEN_TOL * (abs(least) + abs(limit)))]
 
     def _swap(self, s: int, limit: float) -> list[tuple[int, int]]:
         st, pc = self.state, self.pieces

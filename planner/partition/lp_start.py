@@ -13,6 +13,9 @@ loaded GPU or host that fits, falling back to the table's other candidates in or
 when its choice does not fit.
 """
 
+import itertools
+from collections.abc import Iterator
+
 import numpy as np
 
 from planner.candidates import Candidate, Scope
@@ -39,6 +42,11 @@ def priced_choice(cands: list[list[Candidate]], prices: tuple[float, float, floa
     return out
 
 
+def _by_work(cs: list[Candidate], picked: Candidate) -> Iterator[Candidate]:
+    """The table's other candidates by work (sorted only once asked for)."""
+    yield from sorted((c for c in cs if c is not picked), key=lambda c: c.work)
+
+
 def lp_start(problem: Problem, cands: list[list[Candidate]], choice: list[int],
              owner_side: bool = False) -> Assignment | None:
     """Place each table's chosen candidate (`choice[t]` indexes cands[t]), world-scope
@@ -53,9 +61,18 @@ def lp_start(problem: Problem, cands: list[list[Candidate]], choice: list[int],
     choices: list[TableChoice | None] = [None] * len(cands)
     for t in first + rest:
         allowed = allowed_mask(problem, t)
-        order = [picked[t], *sorted((c for c in cands[t] if c is not picked[t]),
-                                    key=lambda c: c.work)]
-        for cand in order:
+        cand = picked[t]
+        tried_first = [cand]
+        if len(cand.groups) == 1:
+            # One group: choosing its place changes nothing, so no trial copy is needed (and
+            # where it does not fit, trying it again on a copy would not fit either).
+            ranks = state.choose(cand.groups[0], cand.scope, allowed)
+            if ranks is not None:
+                state.apply(cand.groups[0], ranks)
+                choices[t] = TableChoice(cand, [ranks])
+                continue
+            tried_first = []
+        for cand in itertools.chain(tried_first, _by_work(cands[t], picked[t])):
             trial = state.copy()
             ranks = trial.place(cand, allowed)
             if ranks is not None:

@@ -63,8 +63,9 @@ class LoadState:
     def copy(self) -> "LoadState":
         new = LoadState.__new__(LoadState)
         new.__dict__.update(self.__dict__)
-        for name in ("comp", "comm", "hbm", "ddr", "ssd", "inter", "rate"):
-            setattr(new, name, getattr(self, name).copy())
+        new.comp, new.comm = self.comp.copy(), self.comm.copy()
+        new.hbm, new.ddr, new.ssd = self.hbm.copy(), self.ddr.copy(), self.ssd.copy()
+        new.inter, new.rate = self.inter.copy(), self.rate.copy()
         return new
 
     def combine(self, comp: np.ndarray, comm: np.ndarray) -> np.ndarray:
@@ -92,9 +93,33 @@ class LoadState:
         return self.wait_of(self.deficit() - inter[None, :])
 
     def load(self) -> np.ndarray:
+        if not self.owner_side:  # no wait: comm + 0.0 is comm
+            return self.combine(self.comp, self.comm)
         return self.combine(self.comp, self.comm + self.wait())
 
     def apply(self, group: Group, ranks: np.ndarray, sign: int = 1) -> None:
+        if len(ranks) == 1 and (sign == 1 or sign == -1):
+            # One piece (most groups): the same additions as np.add.at's, element by element
+            # (a - x is a + (-x) exactly), without its per-call overhead.
+            r = int(ranks[0])
+            h = r // self.g
+            if sign == 1:
+                self.comp[r] += group.comp[0]
+                self.comm[r] += group.comm[0]
+                self.hbm[r] += group.hbm[0]
+                self.ddr[h] += group.ddr[0]
+                self.ssd[h] += group.ssd[0]
+                self.inter[r] += group.inter[0]
+                self.rate[h] += group.rate[0]
+            else:
+                self.comp[r] -= group.comp[0]
+                self.comm[r] -= group.comm[0]
+                self.hbm[r] -= group.hbm[0]
+                self.ddr[h] -= group.ddr[0]
+                self.ssd[h] -= group.ssd[0]
+                self.inter[r] -= group.inter[0]
+                self.rate[h] -= group.rate[0]
+            return
         np.add.at(self.comp, ranks, sign * group.comp)
         np.add.at(self.comm, ranks, sign * group.comm)
         np.add.at(self.hbm, ranks, sign * group.hbm)
@@ -116,12 +141,18 @@ class LoadState:
     def _choose_gpu(self, group: Group, allowed: np.ndarray | None) -> np.ndarray | None:
         hw = self.hw
         c, m = group.comp[0], group.comm[0]
-        new = self.combine(self.comp + c, self.comm + m + self.wait_with(group.inter[0]))
+        if self.owner_side:
+            new = self.combine(self.comp + c, self.comm + m + self.wait_with(group.inter[0]))
+        else:  # no wait: (comm + m) + 0.0 is comm + m
+            new = self.combine(self.comp + c, self.comm + m)
         ok = self.hbm + group.hbm[0] <= hw.hbm_cap
-        ok &= (self.ddr + group.ddr[0] <= hw.ddr_cap)[self.host_of]
-        ok &= (self.ssd + group.ssd[0] <= hw.ssd_cap)[self.host_of]
+        host_ok = (self.ddr + group.ddr[0] <= hw.ddr_cap) & (self.ssd + group.ssd[0] <= hw.ssd_cap)
+        if not host_ok.all():
+            ok &= host_ok[self.host_of]
         if allowed is not None:
             ok &= allowed
+        if ok.all():  # the same GPU np.where(ok, new, inf) would give
+            return np.array([int(np.argmin(new))])
         if not ok.any():
             return None
         return np.array([int(np.argmin(np.where(ok, new, _INF)))])
@@ -143,7 +174,12 @@ class LoadState:
         comm = self.comm.reshape(hw.hosts, g)
         hbm = self.hbm.reshape(hw.hosts, g)
         if scope is Scope.HOST_FIXED:
-            local = np.broadcast_to(np.arange(g), (hw.hosts, g))
+            # Piece j on each host's j-th GPU: the per-host arrays as they are.
+            new = self.combine(comp + group.comp, comm + group.comm)
+            ok = (hbm + group.hbm <= hw.hbm_cap).all(axis=1)
+            if allowed is not None:
+                ok &= allowed.reshape(hw.hosts, g).all(axis=1)
+            local = None
         else:
             # Distinct GPUs of the host: the biggest piece onto the least loaded GPU, among
             # the GPUs the table's pins allow (a host with fewer than k of them is refused
@@ -153,17 +189,19 @@ class LoadState:
                 busy = np.where(allowed.reshape(hw.hosts, g), busy, _INF)
             order = np.argsort(busy, axis=1, kind="stable")[:, :k]
             local = order[:, np.argsort(-(group.comp + group.comm), kind="stable").argsort()]
-        rows = np.arange(hw.hosts)[:, None]
-        new = self.combine(comp[rows, local] + group.comp, comm[rows, local] + group.comm)
+            rows = np.arange(hw.hosts)[:, None]
+            new = self.combine(comp[rows, local] + group.comp, comm[rows, local] + group.comm)
+            ok = (hbm[rows, local] + group.hbm <= hw.hbm_cap).all(axis=1)
+            if allowed is not None:
+                ok &= allowed.reshape(hw.hosts, g)[rows, local].all(axis=1)
         host_max = new.max(axis=1)
-        ok = (hbm[rows, local] + group.hbm <= hw.hbm_cap).all(axis=1)
         ok &= self.ddr + int(group.ddr.sum()) <= hw.ddr_cap
         ok &= self.ssd + int(group.ssd.sum()) <= hw.ssd_cap
-        if allowed is not None:
-            ok &= allowed.reshape(hw.hosts, g)[rows, local].all(axis=1)
         if not ok.any():
             return None
         h = int(np.argmin(np.where(ok, host_max, _INF)))
+        if local is None:
+            return h * g + np.arange(g)
         return h * g + local[h]
 
     def place(self, cand: Candidate, allowed: np.ndarray | None) -> list[np.ndarray] | None:
