@@ -340,16 +340,33 @@ def _prepare(geometry: np.ndarray) -> _Prepared:
                      tuple(counts.tolist()))
 
 
-Shape = tuple[ShardingType, Scope, list[np.ndarray]]
+Shape = tuple[ShardingType, Scope, list[_Prepared]]
 
 
 def _geo(pieces: list[tuple[int, int, int, int]]) -> np.ndarray:
     return np.array(pieces, dtype=np.int64).reshape(-1, 4)
 
 
-def _row_bands(rows: int, parts: int, col_offset: int, cols: int) -> np.ndarray:
-    """_geo([(r0, rn, col_offset, cols) for r0, rn in even_split(rows, parts)]), as arrays
-    (a row-wise candidate on 1,024 GPUs has 1,024 pieces)."""
+def _one(r0: int, rn: int, c0: int, cn: int) -> _Prepared:
+    """A one-piece group, prepared (as _prepare would)."""
+    shape = ((rn, cn),)
+    return _Prepared(np.array([[r0, rn, c0, cn]], dtype=np.int64), shape, (shape, 1), None,
+                     (1,))
+
+
+def _same(geometry: np.ndarray, rows: int, cols: int) -> _Prepared:
+    """A group whose pieces all have `rows` x `cols`, prepared (as _prepare would)."""
+    n = len(geometry)
+    shape = ((rows, cols),)
+    if n == 1:
+        return _Prepared(geometry, shape, (shape, 1), None, (1,))
+    return _Prepared(geometry, shape, (shape, n), np.zeros(n, dtype=np.intp), (n,))
+
+
+def _row_bands(rows: int, parts: int, col_offset: int, cols: int) -> _Prepared:
+    """_prepare(_geo([(r0, rn, col_offset, cols) for r0, rn in even_split(rows, parts)])),
+    built as arrays (a row-wise candidate on 1,024 GPUs has 1,024 pieces): the first `rem`
+    pieces have q + 1 rows, the others q."""
     q, rem = divmod(rows, parts)
     counts = np.full(parts, q, dtype=np.int64)
     counts[:rem] += 1
@@ -358,44 +375,50 @@ def _row_bands(rows: int, parts: int, col_offset: int, cols: int) -> np.ndarray:
     geo[:, 1] = counts
     geo[:, 2] = col_offset
     geo[:, 3] = cols
-    return geo
+    if rem == 0:
+        return _same(geo, q, cols)
+    pairs = ((q, cols), (q + 1, cols))  # sorted, as np.unique sorts their keys
+    inverse = np.zeros(parts, dtype=np.intp)
+    inverse[:rem] = 1
+    return _Prepared(geo, pairs, (pairs, inverse.tobytes()), inverse, (parts - rem, rem))
 
 
 def _shapes(problem: Problem, t: TableInfo) -> list[Shape]:
-    """(type, scope, groups of (row_offset, rows, col_offset, cols)) allowed for the table."""
+    """(type, scope, groups of (row_offset, rows, col_offset, cols), prepared) allowed for
+    the table."""
     hw = problem.hw
     g, w, hosts = hw.gpus_per_host, hw.world_size, hw.hosts
     rows, dim = t.geom.rows, t.geom.dim
     allowed = set(t.constraints.sharding_types or list(ShardingType))
     min_w = t.constraints.min_column_shard_width or DEFAULT_MIN_COLUMN_WIDTH
-    full = (0, rows, 0, dim)
     out: list[Shape] = []
     if ShardingType.TABLE_WISE in allowed:
-        out.append((ShardingType.TABLE_WISE, Scope.GPU, [_geo([full])]))
+        out.append((ShardingType.TABLE_WISE, Scope.GPU, [_one(0, rows, 0, dim)]))
     if ShardingType.COLUMN_WISE in allowed:
         for k in column_splits(dim, min_w, w):
             chunks = even_split(dim, k)
             out.append((ShardingType.COLUMN_WISE, Scope.GPU,
-                        [_geo([(0, rows, c0, cn)]) for c0, cn in chunks]))
+                        [_one(0, rows, c0, cn) for c0, cn in chunks]))
     if ShardingType.ROW_WISE in allowed and rows >= w and w > 1:
         out.append((ShardingType.ROW_WISE, Scope.WORLD, [_row_bands(rows, w, 0, dim)]))
     if ShardingType.TABLE_ROW_WISE in allowed and rows >= g and g > 1:
         out.append((ShardingType.TABLE_ROW_WISE, Scope.HOST_FIXED,
-                    [_geo([(r0, rn, 0, dim) for r0, rn in even_split(rows, g)])]))
+                    [_row_bands(rows, g, 0, dim)]))
     if ShardingType.TABLE_COLUMN_WISE in allowed and g > 1:
         for k in column_splits(dim, min_w, g):
+            # column_splits' chunks are equal: dim // k columns each.
             out.append((ShardingType.TABLE_COLUMN_WISE, Scope.HOST_FREE,
-                        [_geo([(0, rows, c0, cn) for c0, cn in even_split(dim, k)])]))
+                        [_same(_geo([(0, rows, c0, cn) for c0, cn in even_split(dim, k)]),
+                               rows, dim // k)]))
     if ShardingType.GRID in allowed and hosts > 1 and g > 1 and rows >= g:
         for k in column_splits(dim, min_w, hosts):
-            row_parts = even_split(rows, g)
             out.append((ShardingType.GRID, Scope.HOST_FIXED,
-                        [_geo([(r0, rn, c0, cn) for r0, rn in row_parts])
-                         for c0, cn in even_split(dim, k)]))
+                        [_row_bands(rows, g, c0, cn) for c0, cn in even_split(dim, k)]))
     if (ShardingType.DATA_PARALLEL in allowed and w > 1
             and t.bytes <= DATA_PARALLEL_MAX_HBM_SHARE * hw.hbm_cap):
         out.append((ShardingType.DATA_PARALLEL, Scope.WORLD,
-                    [np.tile(np.array(full, dtype=np.int64), (w, 1))]))
+                    [_same(np.tile(np.array((0, rows, 0, dim), dtype=np.int64), (w, 1)),
+                           rows, dim)]))
     return out
 
 
@@ -513,11 +536,11 @@ def _enumerate(problem: Problem, t: TableInfo, slow_tiers: bool,
     pinned = set(t.constraints.pinned_ranks) if t.constraints.pinned_ranks else None
     out: list[Candidate] = []
     coster = _Coster(problem, t)
-    for kind, scope, shape in _shapes(problem, t):
+    for kind, scope, prepared in _shapes(problem, t):
+        shape = [pg.geometry for pg in prepared]
         if pinned is not None and not _pins_allow(scope, shape, pinned, hw.gpus_per_host,
                                                   hw.world_size):
             continue
-        prepared = [_prepare(geo) for geo in shape]
         for tier, ratio in tiers:
             if kind is ShardingType.DATA_PARALLEL and tier is not Tier.HBM:
                 continue
