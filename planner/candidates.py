@@ -255,11 +255,12 @@ class _Costed:
     """One group's per-piece arrays (those of `Group`, shared by every group with the same
     pieces' shapes), and what `_build` and `_fits_alone` read off them, taken once from its
     distinct shapes: the same values the per-piece arrays give (maxima and byte sums are
-    exact; the float lists feed math.fsum as before)."""
+    exact; `comp_parts` and `comm_parts` sum exactly to the pieces' values, so math.fsum,
+    correctly rounded, gives the same sum over them as over the pieces)."""
 
     arrays: tuple[np.ndarray, ...]  # comp, comm, hbm, ddr, ssd, inter, rate
-    comp: list[float]
-    comm: list[float]
+    comp_parts: tuple[float, ...]
+    comm_parts: tuple[float, ...]
     max_sum: float  # largest comp + comm of a piece
     max_max: float  # largest max(comp, comm) of a piece
     hbm_max: int
@@ -274,29 +275,67 @@ class _Costed:
     @staticmethod
     def of(rows: list[tuple[float, ...]], prepared: "_Prepared",
            figures: tuple[tuple[tuple[int, int], tuple[float, ...]], ...]) -> "_Costed":
-        costed = np.array(rows, dtype=np.float64)
-        values = costed if prepared.inverse is None else costed[prepared.inverse]
-        # Byte counts are exact integers (< 2**53), so the float round trip is lossless.
-        as_int = values[:, 2:5].astype(np.int64)
-        arrays = (values[:, 0].copy(), values[:, 1].copy(), as_int[:, 0].copy(),
-                  as_int[:, 1].copy(), as_int[:, 2].copy(), values[:, 5:8].copy(),
-                  values[:, 8:11].copy())
+        counts, inverse = prepared.counts, prepared.inverse
         if len(rows) == 1:
-            r, n = rows[0], prepared.counts[0]
+            r, n = rows[0], counts[0]
             hbm, ddr, ssd = int(r[2]), int(r[3]), int(r[4])
-            return _Costed(arrays, [r[0]] * n, [r[1]] * n, r[0] + r[1], max(r[0], r[1]),
-                           hbm, hbm, hbm * n, ddr * n, ssd * n, ddr, ssd, figures)
+            if inverse is None:  # one piece
+                arrays = (np.array([r[0]]), np.array([r[1]]),
+                          np.array([hbm], dtype=np.int64), np.array([ddr], dtype=np.int64),
+                          np.array([ssd], dtype=np.int64), np.array([r[5:8]]),
+                          np.array([r[8:11]]))
+            else:
+                arrays = (np.full(n, r[0]), np.full(n, r[1]),
+                          np.full(n, hbm, dtype=np.int64), np.full(n, ddr, dtype=np.int64),
+                          np.full(n, ssd, dtype=np.int64), np.tile(np.array(r[5:8]), (n, 1)),
+                          np.tile(np.array(r[8:11]), (n, 1)))
+            return _Costed(arrays, _times(r[0], n), _times(r[1], n), r[0] + r[1],
+                           max(r[0], r[1]), hbm, hbm, hbm * n, ddr * n, ssd * n, ddr, ssd,
+                           figures)
+        assert inverse is not None
+        costed = np.array(rows, dtype=np.float64)
+        # Byte counts are exact integers (< 2**53), so the float round trip is lossless.
+        as_int = costed[:, 2:5].astype(np.int64)
+        arrays = (costed[:, 0][inverse], costed[:, 1][inverse], as_int[:, 0][inverse],
+                  as_int[:, 1][inverse], as_int[:, 2][inverse], costed[:, 5:8][inverse],
+                  costed[:, 8:11][inverse])
         hbm_l = [int(r[2]) for r in rows]
         ddr_l = [int(r[3]) for r in rows]
         ssd_l = [int(r[4]) for r in rows]
-        counts = prepared.counts
         return _Costed(
-            arrays, arrays[0].tolist(), arrays[1].tolist(),
+            arrays,
+            tuple(itertools.chain.from_iterable(
+                _times(r[0], n) for r, n in zip(rows, counts, strict=True))),
+            tuple(itertools.chain.from_iterable(
+                _times(r[1], n) for r, n in zip(rows, counts, strict=True))),
             max(r[0] + r[1] for r in rows), max(max(r[0], r[1]) for r in rows),
             max(hbm_l), min(hbm_l), sum(x * n for x, n in zip(hbm_l, counts, strict=True)),
             sum(x * n for x, n in zip(ddr_l, counts, strict=True)),
             sum(x * n for x, n in zip(ssd_l, counts, strict=True)),
             max(ddr_l), max(ssd_l), figures)
+
+
+# Dekker's splitter for doubles: 2**27 + 1.
+_SPLIT = 134217729.0
+
+
+def _times(x: float, n: int) -> tuple[float, ...]:
+    """Floats whose exact sum is n * x: (x,) for one, else the product and its rounding
+    error (Dekker's exact product; n < 2**53 is a double). Outside the range where that is
+    exact (tiny or huge x), x repeated n times."""
+    if n == 1:
+        return (x,)
+    if x == 0.0 or not 1e-200 < abs(x) < 1e200:
+        return (x,) * n
+    a, b = x, float(n)
+    p = a * b
+    c = _SPLIT * a
+    a_hi = c - (c - a)
+    a_lo = a - a_hi
+    c = _SPLIT * b
+    b_hi = c - (c - b)
+    b_lo = b - b_hi
+    return (p, ((a_hi * b_hi - p) + a_hi * b_lo + a_lo * b_hi) + a_lo * b_lo)
 
 
 @dataclass(frozen=True, eq=False)
@@ -433,11 +472,11 @@ def _build(problem: Problem, t: TableInfo, kind: ShardingType, scope: Scope,
                    for pg, c in zip(prepared, costed, strict=True))
     if len(costed) == 1:
         c0 = costed[0]
-        comp, comm = math.fsum(c0.comp), math.fsum(c0.comm)
+        comp, comm = math.fsum(c0.comp_parts), math.fsum(c0.comm_parts)
         figures = dict(c0.figures)
     else:
-        comp = math.fsum(itertools.chain.from_iterable(c.comp for c in costed))
-        comm = math.fsum(itertools.chain.from_iterable(c.comm for c in costed))
+        comp = math.fsum(itertools.chain.from_iterable(c.comp_parts for c in costed))
+        comm = math.fsum(itertools.chain.from_iterable(c.comm_parts for c in costed))
         figures = dict(itertools.chain.from_iterable(c.figures for c in costed))
     pipelined = problem.model.pipelined
     cand = Candidate(

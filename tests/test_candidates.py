@@ -89,3 +89,23 @@ def test_enumeration_is_memoized_per_problem(problem) -> None:
     theirs = enumerate_candidates(other, other.tables[0], slow_tiers=True)
     assert not any(a is b for a, b in zip(first, theirs, strict=True))
     assert [c.dominance_key() for c in theirs] == [c.dominance_key() for c in first]
+
+
+def test_exact_products_sum_as_the_pieces() -> None:
+    """_Costed sums a group's pieces by shape: x repeated n times is given to math.fsum as
+    Dekker's exact product (or x itself n times), so the correctly rounded sum is the same."""
+    import math
+    import random
+
+    from planner.candidates import _times
+
+    rng = random.Random(7)
+    for _ in range(20_000):
+        vals: list[float] = []
+        parts: list[float] = []
+        for _ in range(rng.randint(1, 4)):
+            x = rng.random() * 10.0 ** rng.choice([-300, -12, -9, -6, -3, 0, 3, 250])
+            n = rng.choice([1, 2, 3, 8, 127, 1024, 1025, rng.randint(1, 5000)])
+            vals += [x] * n
+            parts += _times(x, n)
+        assert math.fsum(parts) == math.fsum(vals)
