@@ -6,6 +6,7 @@ host's j-th GPU); table-column-wise chunks go to distinct GPUs of one host; row-
 data-parallel pieces sit one per GPU of the world. Only groups need placement decisions.
 """
 
+import functools
 import itertools
 import math
 import weakref
@@ -285,10 +286,10 @@ class _Costed:
                           np.array([ssd], dtype=np.int64), np.array([r[5:8]]),
                           np.array([r[8:11]]))
             else:
-                arrays = (np.full(n, r[0]), np.full(n, r[1]),
-                          np.full(n, hbm, dtype=np.int64), np.full(n, ddr, dtype=np.int64),
-                          np.full(n, ssd, dtype=np.int64), np.tile(np.array(r[5:8]), (n, 1)),
-                          np.tile(np.array(r[8:11]), (n, 1)))
+                arrays = (_filled(n, r[0], np.float64), _filled(n, r[1], np.float64),
+                          _filled(n, hbm, np.int64), _filled(n, ddr, np.int64),
+                          _filled(n, ssd, np.int64), _filled((n, 3), r[5:8], np.float64),
+                          _filled((n, 3), r[8:11], np.float64))
             return _Costed(arrays, _times(r[0], n), _times(r[1], n), r[0] + r[1],
                            max(r[0], r[1]), hbm, hbm, hbm * n, ddr * n, ssd * n, ddr, ssd,
                            figures)
@@ -313,6 +314,13 @@ class _Costed:
             sum(x * n for x, n in zip(ddr_l, counts, strict=True)),
             sum(x * n for x, n in zip(ssd_l, counts, strict=True)),
             max(ddr_l), max(ssd_l), figures)
+
+
+def _filled(shape: int | tuple[int, int], value: object, dtype: type) -> np.ndarray:
+    """np.full, without its overhead (a row value fills every row)."""
+    out = np.empty(shape, dtype=dtype)
+    out[...] = value
+    return out
 
 
 # Dekker's splitter for doubles: 2**27 + 1.
@@ -404,22 +412,35 @@ def _same(geometry: np.ndarray, rows: int, cols: int) -> _Prepared:
 
 def _row_bands(rows: int, parts: int, col_offset: int, cols: int) -> _Prepared:
     """_prepare(_geo([(r0, rn, col_offset, cols) for r0, rn in even_split(rows, parts)])),
-    built as arrays (a row-wise candidate on 1,024 GPUs has 1,024 pieces): the first `rem`
+    built directly (a row-wise candidate on 1,024 GPUs has 1,024 pieces): the first `rem`
     pieces have q + 1 rows, the others q."""
     q, rem = divmod(rows, parts)
-    counts = np.full(parts, q, dtype=np.int64)
-    counts[:rem] += 1
-    geo = np.empty((parts, 4), dtype=np.int64)
-    geo[:, 0] = np.cumsum(counts) - counts
-    geo[:, 1] = counts
-    geo[:, 2] = col_offset
-    geo[:, 3] = cols
+    if parts <= 64:
+        geo = np.array([(r0, rn, col_offset, cols) for r0, rn in even_split(rows, parts)],
+                       dtype=np.int64)
+    else:
+        counts = np.full(parts, q, dtype=np.int64)
+        counts[:rem] += 1
+        geo = np.empty((parts, 4), dtype=np.int64)
+        geo[:, 0] = np.cumsum(counts) - counts
+        geo[:, 1] = counts
+        geo[:, 2] = col_offset
+        geo[:, 3] = cols
     if rem == 0:
         return _same(geo, q, cols)
     pairs = ((q, cols), (q + 1, cols))  # sorted, as np.unique sorts their keys
+    inverse, key = _two_shapes(parts, rem)
+    return _Prepared(geo, pairs, (pairs, key), inverse, (parts - rem, rem))
+
+
+@functools.lru_cache(maxsize=1024)
+def _two_shapes(parts: int, rem: int) -> tuple[np.ndarray, bytes]:
+    """The inverse (1 for the first `rem` pieces, 0 after) of an uneven split, and its
+    bytes; shared read-only."""
     inverse = np.zeros(parts, dtype=np.intp)
     inverse[:rem] = 1
-    return _Prepared(geo, pairs, (pairs, inverse.tobytes()), inverse, (parts - rem, rem))
+    inverse.flags.writeable = False
+    return inverse, inverse.tobytes()
 
 
 def _shapes(problem: Problem, t: TableInfo) -> list[Shape]:
