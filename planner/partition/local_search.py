@@ -219,29 +219,51 @@ class LocalSearch:
         rb = pc.rank[others]
         best: tuple[float, int, int] | None = None
         deficit = st.deficit()
+        # What does not depend on a, gathered once (the same values, added in the same
+        # order; byte counts are integers, exact in any order).
+        hw = self.p.hw
+        inter_o, comp_o, comm_o = pc.inter[others], pc.comp[others], pc.comm[others]
+        comp_rb_o, comm_rb_o = st.comp[rb] - comp_o, st.comm[rb] - comm_o
+        deficit_s, deficit_rb = deficit[s], deficit[rb]
+        host_s = int(st.host_of[s])
+        host_rb = st.host_of[rb]
+        same_host = host_rb == host_s
+        hbm_o, ddr_o, ssd_o = pc.hbm[others], pc.ddr[others], pc.ssd[others]
+        hbm_rb_o = st.hbm[rb] - hbm_o
+        ddr_rb, ssd_rb = st.ddr[host_rb], st.ssd[host_rb]
+        hbm_s_o = st.hbm[s] + hbm_o
+        ddr_s, ssd_s = int(st.ddr[host_s]), int(st.ssd[host_s])
+        # Pieces whose table is pinned: only they can be refused rank s by their pins.
+        pinned_o = [j for j, i in enumerate(others.tolist())
+                    if self.masks[pc.table[i]] is not None]
         for a in on_s:
             # Each side's owner-side wait with the pieces' inter-host bytes exchanged (the
             # hosts' shares move too when the swap crosses hosts; _verified checks that).
-            d_in = pc.inter[others] - pc.inter[a]
-            new_s = st.combine(st.comp[s] - pc.comp[a] + pc.comp[others],
-                               st.comm[s] - pc.comm[a] + pc.comm[others]
-                               + st.wait_of(deficit[s] - d_in))
-            new_g = st.combine(st.comp[rb] - pc.comp[others] + pc.comp[a],
-                               st.comm[rb] - pc.comm[others] + pc.comm[a]
-                               + st.wait_of(deficit[rb] + d_in))
+            d_in = inter_o - pc.inter[a]
+            new_s = st.combine(st.comp[s] - pc.comp[a] + comp_o,
+                               st.comm[s] - pc.comm[a] + comm_o
+                               + st.wait_of(deficit_s - d_in))
+            new_g = st.combine(comp_rb_o + pc.comp[a],
+                               comm_rb_o + pc.comm[a]
+                               + st.wait_of(deficit_rb + d_in))
             val = np.maximum(new_s, new_g)
             ok = val < limit
             if not ok.any():
                 continue
-            ok &= self._fits(np.full(len(others), a), rb, add_idx=others)
-            # b moves to s: check s's memory with a gone and b added.
-            ok &= self._fits(others, np.full(len(others), s), add_idx=np.full(len(others), a))
+            # a moves to b's rank (b gone), b to s (a gone): HBM on both GPUs, DDR and SSD on
+            # both hosts when they differ (as _fits checks them).
+            ha, da, sa = int(pc.hbm[a]), int(pc.ddr[a]), int(pc.ssd[a])
+            ok &= hbm_rb_o + ha <= hw.hbm_cap
+            ok &= same_host | (ddr_rb + (da - ddr_o) <= hw.ddr_cap)
+            ok &= same_host | (ssd_rb + (sa - ssd_o) <= hw.ssd_cap)
+            ok &= hbm_s_o - ha <= hw.hbm_cap
+            ok &= same_host | (ddr_s + (ddr_o - da) <= hw.ddr_cap)
+            ok &= same_host | (ssd_s + (ssd_o - sa) <= hw.ssd_cap)
             ma = self.masks[pc.table[a]]
             if ma is not None:
                 ok &= ma[rb]
-            for j in np.flatnonzero(ok):
-                mb = self.masks[pc.table[others[j]]]
-                if mb is not None and not mb[s]:
+            for j in pinned_o:
+                if ok[j] and not self.masks[pc.table[others[j]]][s]:
                     ok[j] = False
             if not ok.any():
                 continue
