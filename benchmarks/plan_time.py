@@ -10,11 +10,12 @@ batch 1024 per GPU), with n tables instead of 1000; n = 1000 reproduces the fixt
 Each case runs in its own subprocess with a wall-clock limit (300 s) and an address-space
 limit, so a slow or huge case is recorded as "timeout" or "out of memory" instead of hanging.
 Time is the median of 3 runs when the first run takes under 10 s, else that one run; it
-includes validating the request dict, as a caller of `plan()` pays it. Stage times come from
-wrapping the functions `planner.planning.plan` calls (resolve, build_problem,
-candidates_for, lower_bound, greedy, local_search, _solve (CP-SAT), layout_of, build_plan)
-with timers, so the
-stages are measured inside the very `plan()` calls that give the total.
+includes validating the request dict, as a caller of `plan()` pays it. The same runs' CPU
+seconds (time.process_time) are recorded beside the wall clock: on a machine other jobs load,
+the wall clock inflates and the CPU time much less. Stage times come from wrapping the
+functions `planner.planning` calls (resolve, build_problem, candidates_for, lower_bound,
+greedy, lp_start, local_search, makespan, _solve (CP-SAT), layout_of, build_plan) with
+timers, so the stages are measured inside the very `plan()` calls that give the total.
 
 Usage (from the repo root):
     PYTHONPATH=. python -m benchmarks.plan_time            # all 10 cases, writes results
@@ -57,8 +58,8 @@ REPEATS = 3
 TARGETS = (("hugectr_200", 2, 1.0), ("synthetic_1000", 16, 2.0), ("synthetic_10000", 1, 60.0),
            ("synthetic_10000", 128, 30.0))
 FIXTURE_CASES = (("hugectr_200", 2),)  # bundled fixtures timed besides the synthetic grid
-STAGES = ("resolve", "build_problem", "candidates_for", "lower_bound", "greedy",
-          "local_search", "_solve", "layout_of", "build_plan")
+STAGES = ("resolve", "build_problem", "candidates_for", "lower_bound", "greedy", "lp_start",
+          "local_search", "makespan", "_solve", "layout_of", "build_plan")
 
 
 def generate(n: int) -> dict[str, Any]:
@@ -124,21 +125,27 @@ def run_worker(key: str, hosts: int) -> dict[str, Any]:
     acc: dict[str, float] = {}
     _install_stage_timers(acc)
     runs: list[float] = []
+    cpu: list[float] = []
     stages: list[dict[str, float]] = []
     out: dict[str, Any] = {}
     while len(runs) < REPEATS:
         acc.clear()
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         try:
             plan = planner.plan(request)
         except planner.InfeasibleError as err:
             plan, out["infeasible"] = None, err.reason
         runs.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
         stages.append(dict(acc))
         if runs[0] >= REPEAT_UNDER_S:
             break
     out["runs_s"] = runs
     out["time_s"] = statistics.median(runs)
+    # The process's CPU seconds (CP-SAT's one worker included): what a loaded machine's
+    # wall clock inflates and the CPU time does not.
+    out["cpu_runs_s"] = cpu
+    out["cpu_s"] = statistics.median(cpu)
     out["stages_s"] = {k: statistics.median(s.get(k, 0.0) for s in stages)
                        for k in STAGES if any(k in s for s in stages)}
     # Time in plan() outside the timed functions (e.g. comparing two starts' makespans).
@@ -228,8 +235,8 @@ def _fmt_s(x: float | None) -> str:
 def markdown(rows: list[dict[str, Any]], meta: dict[str, Any],
              targets: list[dict[str, Any]]) -> str:
     cols = (*STAGES, "other")
-    head = ["model", "tables", "GPUs", "plan s", "runs", *[c.lstrip("_") for c in cols], "gap",
-            "status"]
+    head = ["model", "tables", "GPUs", "plan s", "CPU s", "runs", *[c.lstrip("_") for c in cols],
+            "gap", "status"]
     cpu = f"{meta['nproc']} CPUs ({meta['cpu']})" if meta["cpu"] else f"{meta['nproc']} CPUs"
     lines = [
         "# Planning time",
@@ -237,7 +244,8 @@ def markdown(rows: list[dict[str, Any]], meta: dict[str, Any],
         "Wall-clock seconds of `planner.plan(request_dict)` (validation included) on table sets "
         "drawn with the `synthetic_1000` recipe (seed 20221) and on the `hugectr_200` fixture, "
         "`h100` preset, 8 GPUs per host, default options (solver `auto`, CP-SAT budget 2 "
-        "deterministic s; solve = the CP-SAT stage). "
+        "deterministic s; solve = the CP-SAT stage); CPU s: the same runs' process CPU "
+        "seconds. "
         f"Median of {REPEATS} runs when a run takes under {REPEAT_UNDER_S:g} s, else one run; "
         f"each case in a subprocess limited to {CASE_TIMEOUT_S} s. Stage columns: seconds "
         "inside each function `plan()` calls, summed when it is called more than once "
@@ -251,13 +259,14 @@ def markdown(rows: list[dict[str, Any]], meta: dict[str, Any],
     ]
     for r in rows:
         if "error" in r:
-            cells = [r["model"], f"{r['tables']:,}", f"{r['gpus']:,}", r["error"], "-"]
+            cells = [r["model"], f"{r['tables']:,}", f"{r['gpus']:,}", r["error"], "-", "-"]
             cells += ["-"] * len(cols) + ["-", r.get("detail", "")]
         else:
             st = r.get("stages_s", {})
             status = "infeasible" if r.get("infeasible") else r.get("status", "-")
             cells = [r["model"], f"{r['tables']:,}", f"{r['gpus']:,}", _fmt_s(r["time_s"]),
-                     str(len(r["runs_s"])), *[_fmt_s(st.get(k)) for k in cols],
+                     _fmt_s(r.get("cpu_s")), str(len(r["runs_s"])),
+                     *[_fmt_s(st.get(k)) for k in cols],
                      "-" if r.get("gap") is None else f"{r['gap']:.2%}", status]
         lines.append("| " + " | ".join(cells) + " |")
     lines.append("")
