@@ -14,6 +14,9 @@ from api.security import digest, new_key
 from tests.api.conftest import fixture_model, small_request, start_server, wait_job
 
 LONG_REQUEST = {"model": fixture_model("hugectr_510"), "hardware": {"preset": "h100", "hosts": 1}}
+# A solve team-c cancels: not LONG_REQUEST, whose plan team-b's job may have finished (then
+# served from the store at once), and long enough (about 17 s here) to be running at 1.5 s.
+SLOW_REQUEST = {"model": fixture_model("zionex_12t"), "hardware": {"preset": "h100", "hosts": 2}}
 
 
 def _write(path: Path, entries: list[dict[str, object]]) -> None:
@@ -78,7 +81,7 @@ def test_named_keys_rotation_reload_and_quotas(tmp_path: Path) -> None:
 
         # team-c may use 1 solver second per 6 s: a solve cancelled after ~1.5 s uses it up.
         with httpx.Client(base_url=server.url, headers={"X-API-Key": c_key}, timeout=30) as c:
-            long = c.post("/v1/plans", params={"mode": "async"}, json=LONG_REQUEST).json()
+            long = c.post("/v1/plans", params={"mode": "async"}, json=SLOW_REQUEST).json()
             assert wait_job(c, long["id"], 30, until=("running",))["status"] == "running"
             time.sleep(1.5)
             assert c.delete(f"/v1/jobs/{long['id']}").json()["status"] == "cancelled"
