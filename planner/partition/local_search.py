@@ -78,6 +78,7 @@ class LocalSearch:
         self.assignment = assignment
         self.state = LoadState.of_choices(problem.hw, problem.model, self.choices)
         self.masks = [allowed_mask(problem, t) for t in range(len(problem.tables))]
+        self.pinned = np.array([m is not None for m in self.masks], dtype=bool)
         self.pieces = _Pieces(self.choices)
         self.stats = SearchStats()
 
@@ -234,8 +235,7 @@ class LocalSearch:
         hbm_s_o = st.hbm[s] + hbm_o
         ddr_s, ssd_s = int(st.ddr[host_s]), int(st.ssd[host_s])
         # Pieces whose table is pinned: only they can be refused rank s by their pins.
-        pinned_o = [j for j, i in enumerate(others.tolist())
-                    if self.masks[pc.table[i]] is not None]
+        pinned_o = np.flatnonzero(self.pinned[pc.table[others]]).tolist()
         for a in on_s:
             # Each side's owner-side wait with the pieces' inter-host bytes exchanged (the
             # hosts' shares move too when the swap crosses hosts; _verified checks that).
