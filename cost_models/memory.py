@@ -166,7 +166,15 @@ class StepBuffers:
 
     def __add__(self, other: "StepBuffers") -> "StepBuffers":
         # Term by term; a sum's `transient` is not the sum of transients (see step_peak).
-        return StepBuffers(*(getattr(self, f) + getattr(other, f) for f in _FIELDS))
+        o = other
+        return StepBuffers(
+            self.ids + o.ids, self.pooled + o.pooled, self.grads + o.grads, self.dense + o.dense,
+            self.dense_grad + o.dense_grad, self.blocks_fwd + o.blocks_fwd,
+            self.send_fwd + o.send_fwd, self.recv_fwd + o.recv_fwd,
+            self.decoded_fwd + o.decoded_fwd, self.kept_fwd + o.kept_fwd,
+            self.blocks_bwd + o.blocks_bwd, self.send_bwd + o.send_bwd,
+            self.recv_bwd + o.recv_bwd, self.decoded_bwd + o.decoded_bwd,
+            self.kept_bwd + o.kept_bwd, self.workspace + o.workspace)
 
 
 _FIELDS = ("ids", "pooled", "grads", "dense", "dense_grad", "blocks_fwd", "send_fwd",
