@@ -100,6 +100,11 @@ def candidates_for(problem: Problem, slow: bool | None = None
         if not slow:
             return candidates_for(problem, slow=True)
         raise _infeasible(problem, every_tier=cands)
+    if slow and _short_on_an_axis(problem, cands):
+        # Every tier costed and still short of the cluster's HBM, DDR or SSD: the cluster
+        # certificate holds now (10,000 tables on 8 GPUs: their step buffers alone pass the
+        # HBM), before four greedy passes, the priced start and the packing searches fail.
+        raise _infeasible(problem, every_tier=cands)
     return cands, slow
 
 
@@ -107,6 +112,15 @@ def _short_of_memory(problem: Problem, cands: list[list[Candidate]]) -> bool:
     hw = problem.hw
     need = sum(min(c.total_bytes for c in cs) for cs in cands)
     return need > hw.world_size * hw.hbm_cap + hw.hosts * (hw.ddr_cap + hw.ssd_cap)
+
+
+def _short_on_an_axis(problem: Problem, cands: list[list[Candidate]]) -> bool:
+    """The tables' leanest candidates pass the cluster's HBM, DDR or SSD (the axes of
+    infeasibility's cluster certificate, each table at its least on that axis)."""
+    hw = problem.hw
+    have = (hw.world_size * hw.hbm_cap, hw.hosts * hw.ddr_cap, hw.hosts * hw.ssd_cap)
+    return any(sum(min(getattr(c, a) for c in cs) for cs in cands) > h
+               for a, h in zip(("hbm_total", "ddr_total", "ssd_total"), have, strict=True))
 
 
 def _infeasible(problem: Problem, cert: InfeasibilityCertificate | None = None,
