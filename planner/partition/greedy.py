@@ -41,7 +41,8 @@ def _mem_vector(c: Candidate) -> np.ndarray:
 
 
 def greedy(problem: Problem, cands: list[list[Candidate]],
-           prices: tuple[float, float, float], owner_side: bool = False) -> Assignment:
+           prices: tuple[float, float, float], owner_side: bool = False,
+           spread_hosts: bool = False) -> Assignment:
     """`owner_side`: score half-built plans with the all-to-alls' owner side too (helps on
     some multi-host instances, hurts on others; planning.py tries both on small ones)."""
     last_error: InfeasibleError | None = None
@@ -51,7 +52,7 @@ def greedy(problem: Problem, cands: list[list[Candidate]],
             # No memory prices to raise: price HBM by the work it would take to offload it.
             lam = np.array([1.0, 0.1, 0.0]) * factor * _hbm_price_guess(problem, cands)
         try:
-            choices = _greedy_pass(problem, cands, lam, owner_side)
+            choices = _greedy_pass(problem, cands, lam, owner_side, spread_hosts)
         except InfeasibleError as err:
             log.info("greedy pass with memory prices x%g failed: %s", factor, err.reason)
             last_error = err
@@ -75,10 +76,11 @@ _BOUND_SLACK = 1e-9
 
 
 def _greedy_pass(problem: Problem, cands: list[list[Candidate]],
-                 lam: np.ndarray, owner_side: bool) -> list[TableChoice]:
+                 lam: np.ndarray, owner_side: bool, spread_hosts: bool = False
+                 ) -> list[TableChoice]:
     hw = problem.hw
     w = hw.world_size
-    state = LoadState(hw, problem.model, owner_side=owner_side)
+    state = LoadState(hw, problem.model, owner_side=owner_side, spread_hosts=spread_hosts)
     min_work = [min(c.work for c in cs) for cs in cands]
     order = sorted(range(len(cands)), key=lambda t: (-min_work[t], t))
     remaining = float(sum(min_work))

@@ -48,11 +48,12 @@ def _by_work(cs: list[Candidate], picked: Candidate) -> Iterator[Candidate]:
 
 
 def lp_start(problem: Problem, cands: list[list[Candidate]], choice: list[int],
-             owner_side: bool = False) -> Assignment | None:
+             owner_side: bool = False, spread_hosts: bool = False) -> Assignment | None:
     """Place each table's chosen candidate (`choice[t]` indexes cands[t]), world-scope
     (data-parallel, row-wise) tables first; a table whose choice no longer fits takes its
     next candidate by work. None if one fits nowhere."""
-    state = LoadState(problem.hw, problem.model, owner_side=owner_side)
+    state = LoadState(problem.hw, problem.model, owner_side=owner_side,
+                      spread_hosts=spread_hosts)
     picked = [cs[i] for cs, i in zip(cands, choice, strict=True)]
     first = sorted((t for t, c in enumerate(picked) if c.scope is Scope.WORLD),
                    key=lambda t: (-picked[t].hbm_total, t))
