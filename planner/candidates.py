@@ -149,12 +149,13 @@ def _tier_options(t: TableInfo, slow_tiers: bool) -> list[tuple[Tier, float | No
     if Tier.HBM in allowed:
         opts.append((Tier.HBM, None))
     if slow_tiers or Tier.HBM not in allowed:
+        fixed = t.constraints.cache_load_factor
         if Tier.HBM_CACHE in allowed:
-            opts += [(Tier.HBM_CACHE, r) for r in HBM_CACHE_RATIOS]
+            opts += [(Tier.HBM_CACHE, r) for r in ((fixed,) if fixed else HBM_CACHE_RATIOS)]
         if Tier.DDR in allowed:
             opts.append((Tier.DDR, None))
         if Tier.SSD in allowed:
-            opts += [(Tier.SSD, r) for r in SSD_CACHE_RATIOS]
+            opts += [(Tier.SSD, r) for r in ((fixed,) if fixed else SSD_CACHE_RATIOS)]
     return opts
 
 
@@ -165,6 +166,8 @@ def _fitting_ratios(problem: Problem, t: TableInfo, tiers: list[tuple[Tier, floa
     largest; a layout with it can be several times faster than the grid's best."""
     hw, rows, dim = problem.hw, t.geom.rows, t.geom.dim
     out: list[tuple[Tier, float]] = []
+    if t.constraints.cache_load_factor:  # the user's ratio, no other
+        return out
     allowed = set(t.constraints.memory_tiers or list(Tier))
     for tier, grid, cap, whole in ((Tier.HBM_CACHE, HBM_CACHE_RATIOS, hw.hbm_cap, Tier.HBM),
                                    (Tier.SSD, SSD_CACHE_RATIOS, hw.ddr_cap, Tier.DDR)):

@@ -77,8 +77,9 @@ def _optimizer(weight: Any, table: str) -> str | None:
 
 
 def _constraints(pc: Any, table: str) -> dict[str, Any]:
-    """TorchRec's ParameterConstraints' sharding_types, compute_kernels and min_partition as
-    our table constraints (pooling_factors and batch_sizes are read per feature)."""
+    """TorchRec's ParameterConstraints' sharding_types, compute_kernels, min_partition and
+    cache_params.load_factor as our table constraints (pooling_factors and batch_sizes are
+    read per feature)."""
     out: dict[str, Any] = {}
     if pc.sharding_types:
         bad = [s for s in pc.sharding_types if s not in OUR_TYPE]
@@ -94,6 +95,9 @@ def _constraints(pc: Any, table: str) -> dict[str, Any]:
         out["memory_tiers"] = sorted({OUR_TIER[k].value for k in pc.compute_kernels})
     if pc.min_partition is not None:
         out["min_column_shard_width"] = pc.min_partition
+    cache = getattr(pc, "cache_params", None)
+    if cache is not None and getattr(cache, "load_factor", None) is not None:
+        out["cache_load_factor"] = float(cache.load_factor)
     return out
 
 

@@ -88,6 +88,20 @@ class TableConstraints(StrictModel):
         None, description=(
             "Narrowest column chunk allowed when the table is split by columns, in columns "
             "(elements of an embedding vector); default 32."))
+    cache_load_factor: Annotated[float, Field(gt=0.0, le=1.0, allow_inf_nan=False)] | None = (
+        Field(None, description=(
+            "Share of each piece's rows its cache holds when the table is cached (hbm_cache: "
+            "an HBM cache in front of DDR; ssd: a DDR cache in front of SSD), as TorchRec's "
+            "CacheParams.load_factor; a fraction in (0, 1]. Default: the planner chooses "
+            "among its grid of ratios.")))
+
+    @model_serializer(mode="wrap")
+    def _drop_absent_load_factor(self, handler: SerializerFunctionWrapHandler) -> Any:
+        # Left out when absent, so requests and plans written before it keep their hashes.
+        data = handler(self)
+        if isinstance(data, dict) and data.get("cache_load_factor", 0) is None:
+            del data["cache_load_factor"]
+        return data
 
 
 PoolingMode = Literal["sum", "mean", "none"]
