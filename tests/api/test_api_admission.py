@@ -11,10 +11,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.api.conftest import fixture_model, small_request, start_server, wait_job
+from tests.api.conftest import long_request, small_request, start_server, wait_job
 
-# Seconds of solving: long enough to be cancelled mid-way.
-LONG_REQUEST = {"model": fixture_model("hugectr_510"), "hardware": {"preset": "h100", "hosts": 1}}
+LONG_REQUEST = long_request()
 
 
 def _children(pid: int) -> set[int]:

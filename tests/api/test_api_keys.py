@@ -11,12 +11,11 @@ import httpx
 import pytest
 
 from api.security import digest, new_key
-from tests.api.conftest import fixture_model, small_request, start_server, wait_job
+from tests.api.conftest import long_request, small_request, start_server, wait_job
 
-LONG_REQUEST = {"model": fixture_model("hugectr_510"), "hardware": {"preset": "h100", "hosts": 1}}
-# A solve team-c cancels: not LONG_REQUEST, whose plan team-b's job may have finished (then
-# served from the store at once), and long enough (about 17 s here) to be running at 1.5 s.
-SLOW_REQUEST = {"model": fixture_model("zionex_12t"), "hardware": {"preset": "h100", "hosts": 2}}
+LONG_REQUEST = long_request()
+# The solve team-c cancels: not team-b's request (its job's state would decide the answer).
+SLOW_REQUEST = long_request(seed=7)
 
 
 def _write(path: Path, entries: list[dict[str, object]]) -> None:

@@ -12,10 +12,15 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.api.conftest import LiveServer, fixture_model, small_request, start_server, wait_job
+from tests.api.conftest import (
+    LiveServer,
+    long_request,
+    small_request,
+    start_server,
+    wait_job,
+)
 
-# hugectr_510 on one host: seconds of solving, long enough to be killed mid-way.
-LONG_REQUEST = {"model": fixture_model("hugectr_510"), "hardware": {"preset": "h100", "hosts": 1}}
+LONG_REQUEST = long_request()
 
 
 def _kill_while_running(server: LiveServer, client: httpx.Client, job_id: str,
