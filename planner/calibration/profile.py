@@ -53,16 +53,22 @@ def fit_host(m: Measurements) -> FitResult | None:
         return None
     x = np.array([[1.0, float(r["host_bytes"]), float(r["ssd_bytes"])] for r in m.host])
     t = np.array([float(r["seconds"]) for r in m.host])
+    return _fit_seen_columns(x, t, HOST_NAMES)
+
+
+def _fit_seen_columns(x: np.ndarray, t: np.ndarray, names: tuple[str, ...]) -> FitResult:
+    """fit_linear over the columns the data can see (any non-zero); the others held at 0,
+    with no interval."""
     keep = [j for j in range(x.shape[1]) if np.any(x[:, j])]
-    fit = fit_linear(x[:, keep], t, tuple(HOST_NAMES[j] for j in keep))
-    if len(keep) == len(HOST_NAMES):
+    fit = fit_linear(x[:, keep], t, tuple(names[j] for j in keep))
+    if len(keep) == len(names):
         return fit
     vals = dict(zip(fit.names, fit.values, strict=True))
     se = dict(zip(fit.names, fit.stderr, strict=True))
     ci = dict(zip(fit.names, fit.ci95, strict=True))
-    return FitResult(names=HOST_NAMES, values=tuple(vals.get(n, 0.0) for n in HOST_NAMES),
-                     stderr=tuple(se.get(n, 0.0) for n in HOST_NAMES),
-                     ci95=tuple(ci.get(n, (0.0, 0.0)) for n in HOST_NAMES),
+    return FitResult(names=names, values=tuple(vals.get(n, 0.0) for n in names),
+                     stderr=tuple(se.get(n, 0.0) for n in names),
+                     ci95=tuple(ci.get(n, (0.0, 0.0)) for n in names),
                      rel_residual_median=fit.rel_residual_median,
                      rel_residual_p90=fit.rel_residual_p90, points=fit.points,
                      outliers=fit.outliers)
@@ -97,20 +103,7 @@ def fit_collectives(m: Measurements) -> FitResult:
     t = np.concatenate([a2a[:, 2], ar[:, 2]])
     names = ("a2a_call_latency_s", "a2a_peer_latency_s", "allreduce_call_latency_s",
              "allreduce_hop_latency_s", "inv_link_bw")
-    keep = [j for j in range(x.shape[1]) if np.any(x[:, j])]
-    fit = fit_linear(x[:, keep], t, tuple(names[j] for j in keep))
-    if per_peer:
-        return fit
-    # Unidentified columns held at 0, with no interval.
-    vals = dict(zip(fit.names, fit.values, strict=True))
-    se = dict(zip(fit.names, fit.stderr, strict=True))
-    ci = dict(zip(fit.names, fit.ci95, strict=True))
-    return FitResult(names=names, values=tuple(vals.get(n, 0.0) for n in names),
-                     stderr=tuple(se.get(n, 0.0) for n in names),
-                     ci95=tuple(ci.get(n, (0.0, 0.0)) for n in names),
-                     rel_residual_median=fit.rel_residual_median,
-                     rel_residual_p90=fit.rel_residual_p90, points=fit.points,
-                     outliers=fit.outliers)
+    return _fit_seen_columns(x, t, names)
 
 
 # The input format's largest bandwidth (planner/spec/hardware.py GBps), GB/s.
