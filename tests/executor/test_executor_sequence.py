@@ -11,12 +11,10 @@ torch = pytest.importorskip("torch")
 from planner import plan  # noqa: E402
 from planner.executor.job import RunOptions  # noqa: E402
 from planner.executor.run import execute  # noqa: E402
+from tests.conftest import TWO_CPU_RANKS  # noqa: E402
 
 B = 4
-HARDWARE = {"name": "cpu2", "hosts": 1, "gpus_per_host": 2,
-            "gpu": {"name": "cpu", "hbm_capacity_bytes": "1GiB", "hbm_bandwidth_gb_per_s": 100.0},
-            "host": {"ddr_capacity_bytes": "8GiB", "ddr_bandwidth_gb_per_s": 50.0},
-            "links": {"nvlink_gb_per_s": 50.0, "nic_gb_per_s": 10.0, "pcie_gb_per_s": 16.0}}
+HARDWARE = TWO_CPU_RANKS
 
 
 def _t(name, kind, rows=64, dim=8, pinned=None, **more):

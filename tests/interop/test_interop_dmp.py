@@ -16,16 +16,15 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import TWO_CPU_RANKS
+
 pytest.importorskip("torchrec")
 
 WORLD = 2
 TIMEOUT_S = 150
 ROOT = Path(__file__).resolve().parents[2]
 
-HARDWARE = {"name": "cpu2", "hosts": 1, "gpus_per_host": 2,
-            "gpu": {"name": "cpu", "hbm_capacity_bytes": "1GiB", "hbm_bandwidth_gb_per_s": 100.0},
-            "host": {"ddr_capacity_bytes": "8GiB", "ddr_bandwidth_gb_per_s": 50.0},
-            "links": {"nvlink_gb_per_s": 50.0, "nic_gb_per_s": 10.0, "pcie_gb_per_s": 16.0}}
+HARDWARE = TWO_CPU_RANKS
 
 
 def _table(name: str, rows: int, dim: int, features: list | None = None,
