@@ -11,7 +11,7 @@ from pydantic import BaseModel, Field, SerializerFunctionWrapHandler, model_seri
 
 from cost_models import ShardingType, Tier
 from planner.spec.request import ResolvedRequest
-from planner.spec.table import StrictModel
+from planner.spec.table import StrictModel, drop_absent
 
 SCHEMA_VERSION = "1"
 NonNeg = Annotated[int, Field(strict=True, ge=0)]
@@ -166,10 +166,7 @@ class Summary(StrictModel):
 
     @model_serializer(mode="wrap")
     def _drop_absent_certificate(self, handler: SerializerFunctionWrapHandler) -> Any:
-        data = handler(self)
-        if isinstance(data, dict) and data.get("bound_certificate", 0) is None:
-            del data["bound_certificate"]
-        return data
+        return drop_absent(handler(self), ("bound_certificate",))
 
 
 class PlanLayout(StrictModel):

@@ -18,7 +18,7 @@ from pydantic import (
 )
 
 from cost_models import CostConstants, HardwareProfile
-from planner.spec.table import StrictModel
+from planner.spec.table import StrictModel, drop_absent
 
 # At least 1 MB/s: every real link is faster, and 1/bandwidth must stay finite (a subnormal
 # bandwidth made every cost inf; found by the service's schemathesis run).
@@ -74,10 +74,7 @@ class GpuSpec(StrictModel):
 
     @model_serializer(mode="wrap")
     def _drop_absent_fraction(self, handler: SerializerFunctionWrapHandler) -> Any:
-        data = handler(self)
-        if isinstance(data, dict) and data.get("hbm_reserved_fraction", 0) is None:
-            del data["hbm_reserved_fraction"]
-        return data
+        return drop_absent(handler(self), ("hbm_reserved_fraction",))
 
     def hbm_reserved(self) -> int:
         """The HBM reservation per GPU in bytes, however it was given: the one place a
@@ -201,10 +198,7 @@ class ConstantsSpec(StrictModel):
     def _drop_unset_new_constants(self, handler: SerializerFunctionWrapHandler) -> Any:
         """Constants added after plans were hashed are left out of the JSON at their default
         (0: no term), so a request that does not set them hashes as before."""
-        data = handler(self)
-        if isinstance(data, dict) and data.get("host_piece_overhead_s", None) == 0.0:
-            del data["host_piece_overhead_s"]
-        return data
+        return drop_absent(handler(self), ("host_piece_overhead_s",), absent=0.0)
 
 
 class HardwareSpec(StrictModel):

@@ -26,6 +26,17 @@ class StrictModel(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False, frozen=True)
 
 
+def drop_absent(data: Any, keys: tuple[str, ...], absent: Any = None) -> Any:
+    """A serialized model without the optional `keys` whose value is `absent`: fields added
+    after plans were hashed are left out of the JSON when unset, so older requests and plans
+    keep their hashes (each model's wrap serializer calls this)."""
+    if isinstance(data, dict):
+        for key in keys:
+            if key in data and (data[key] is None if absent is None else data[key] == absent):
+                del data[key]
+    return data
+
+
 PositiveInt = Annotated[int, Field(strict=True, ge=1)]
 Fraction = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]
 
@@ -97,11 +108,7 @@ class TableConstraints(StrictModel):
 
     @model_serializer(mode="wrap")
     def _drop_absent_load_factor(self, handler: SerializerFunctionWrapHandler) -> Any:
-        # Left out when absent, so requests and plans written before it keep their hashes.
-        data = handler(self)
-        if isinstance(data, dict) and data.get("cache_load_factor", 0) is None:
-            del data["cache_load_factor"]
-        return data
+        return drop_absent(handler(self), ("cache_load_factor",))
 
 
 PoolingMode = Literal["sum", "mean", "none"]
@@ -215,11 +222,5 @@ class TableSpec(StrictModel):
 
     @model_serializer(mode="wrap")
     def _drop_absent_policy(self, handler: SerializerFunctionWrapHandler) -> Any:
-        # Absent optional fields are left out, so requests and plans written before them
-        # keep their hashes.
-        data = handler(self)
-        if isinstance(data, dict):
-            for key in ("cache_policy", "features", "pooling_factor", "pooling_mode"):
-                if key in data and data[key] is None:
-                    del data[key]
-        return data
+        return drop_absent(handler(self),
+                           ("cache_policy", "features", "pooling_factor", "pooling_mode"))
