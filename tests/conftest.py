@@ -11,12 +11,18 @@ settings.register_profile("suite", derandomize=True, print_blob=True)
 settings.load_profile("suite")
 
 
-# Two ranks on one host of a CPU (gloo): the hardware of the small executor and DMP runs.
-TWO_CPU_RANKS: dict[str, Any] = {
-    "name": "cpu2", "hosts": 1, "gpus_per_host": 2,
-    "gpu": {"name": "cpu", "hbm_capacity_bytes": "1GiB", "hbm_bandwidth_gb_per_s": 100.0},
-    "host": {"ddr_capacity_bytes": "8GiB", "ddr_bandwidth_gb_per_s": 50.0},
-    "links": {"nvlink_gb_per_s": 50.0, "nic_gb_per_s": 10.0, "pcie_gb_per_s": 16.0}}
+def cpu_hardware(name: str, hosts: int, gpus_per_host: int) -> dict[str, Any]:
+    """A small CPU cluster (1 GiB "HBM" per rank): the hardware of the small planning,
+    executor and DMP tests."""
+    return {"name": name, "hosts": hosts, "gpus_per_host": gpus_per_host,
+            "gpu": {"name": "cpu", "hbm_capacity_bytes": "1GiB",
+                    "hbm_bandwidth_gb_per_s": 100.0},
+            "host": {"ddr_capacity_bytes": "8GiB", "ddr_bandwidth_gb_per_s": 50.0},
+            "links": {"nvlink_gb_per_s": 50.0, "nic_gb_per_s": 10.0, "pcie_gb_per_s": 16.0}}
+
+
+# Two ranks on one host (gloo): the small executor and DMP runs.
+TWO_CPU_RANKS = cpu_hardware("cpu2", 1, 2)
 
 
 def fixture_request(name: str, hosts: int, preset: str = "h100") -> dict[str, Any]:

@@ -15,12 +15,10 @@ from planner.planning import resolve
 from planner.problem import build_problem, table_geom
 from planner.spec import TableSpec
 from planner.spec.table import SEQUENCE_SHARDING_TYPES
+from tests.conftest import cpu_hardware
 
 B = 8
-HARDWARE = {"name": "cpu2x2", "hosts": 2, "gpus_per_host": 2,
-            "gpu": {"name": "cpu", "hbm_capacity_bytes": "1GiB", "hbm_bandwidth_gb_per_s": 100.0},
-            "host": {"ddr_capacity_bytes": "8GiB", "ddr_bandwidth_gb_per_s": 50.0},
-            "links": {"nvlink_gb_per_s": 50.0, "nic_gb_per_s": 10.0, "pcie_gb_per_s": 16.0}}
+HARDWARE = cpu_hardware("cpu2x2", 2, 2)
 POOLED = {"name": "pooled", "num_embeddings": 1000, "embedding_dim": 16, "optimizer": "sgd",
           "pooling_factor": 5.0}
 SEQ = {**POOLED, "name": "seq", "pooling_mode": "none"}

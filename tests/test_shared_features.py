@@ -14,12 +14,10 @@ from planner.errors import BadInputError
 from planner.problem import build_problem, table_geom
 from planner.spec import ModelSpec, TableSpec
 from planner.validation import validate_model
+from tests.conftest import cpu_hardware
 
 B = 8
-HARDWARE = {"name": "cpu2x2", "hosts": 2, "gpus_per_host": 2,
-            "gpu": {"name": "cpu", "hbm_capacity_bytes": "1GiB", "hbm_bandwidth_gb_per_s": 100.0},
-            "host": {"ddr_capacity_bytes": "8GiB", "ddr_bandwidth_gb_per_s": 50.0},
-            "links": {"nvlink_gb_per_s": 50.0, "nic_gb_per_s": 10.0, "pcie_gb_per_s": 16.0}}
+HARDWARE = cpu_hardware("cpu2x2", 2, 2)
 
 # One table read by 3 features (summed pooling 6 ids per sample of the model's batch), and
 # the same table read by one feature with pooling 6.
