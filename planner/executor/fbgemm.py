@@ -13,7 +13,9 @@ in the report):
   than store.py's, which the hit-rate check measures), not ddr, not data-parallel replicas
   (TorchRec runs those as dense DDP parameters);
 - pooled (sum) tables; sequence tables stay on the torch path;
-- fp32 and fp16 weights (`SparseType`); bf16 and int8 are not trained here;
+- fp32 and fp16 weights (`SparseType`); bf16 is not trained here; int8 pieces run on the torch
+  path (stored.py: FBGEMM's int8 row layout and deterministic rounding), since FBGEMM's int8
+  backward has no CPU kernel (CUDA only; on CUDA too they stay on torch here, untested);
 - a piece width that is a multiple of 4 (the TBE's own assertion in construct_split_state);
 - optimizers the TBE has on the device (FBGEMM's OptimType): EXACT_SGD, EXACT_ADAGRAD,
   EXACT_ROWWISE_ADAGRAD on CPU and CUDA; ADAM on CUDA only (the CPU constructor asserts it
@@ -83,6 +85,11 @@ def why_not(t: TableExec, p: Piece, device: torch.device) -> str | None:
         return f"tier {t.tier.value}"
     if t.sequence:
         return "sequence table"
+    if t.data_type is DataType.INT8:
+        # FBGEMM's training TBE takes int8 weights (SparseType.INT8, rows of codes, fp32 scale
+        # and bias) but its backward is CUDA-only (on CPU: "not implemented for 'Byte'"): int8
+        # pieces run on the torch path (stored.py), FBGEMM's row layout and rounding.
+        return "int8 weights (FBGEMM's int8 backward is CUDA-only; the torch path trains them)"
     if t.data_type not in _WEIGHTS:
         return f"{t.data_type.value} weights"
     if p.cols % 4:

@@ -51,8 +51,8 @@ from planner.executor.store import (
     DenseStore,
     RowStore,
     make_store,
-    torch_dtype,
 )
+from planner.executor.stored import storage_dtype, to_stored
 
 
 @dataclass(frozen=True)
@@ -171,7 +171,7 @@ class RankExecutor:
         # table first), sized in the parameters' dtype as DDP sizes them.
         ready = sorted(self.replicas, reverse=True)
         sizes = [lay.tables[ti].rows * lay.tables[ti].dim
-                 * torch.empty((), dtype=torch_dtype(lay.tables[ti].data_type)).element_size()
+                 * torch.empty((), dtype=storage_dtype(lay.tables[ti].data_type)).element_size()
                  for ti in ready]
         self.buckets = [[ready[i] for i in b] for b in bucket_assignment(sizes)]
         self.mem.mark_init()
@@ -194,8 +194,9 @@ class RankExecutor:
     def _initial(self, t: TableExec, row0: int, rows: int, col0: int, cols: int
                  ) -> tuple[torch.Tensor, torch.Tensor]:
         w = synthetic.init_weights(self.opts.seed, t.index, t.dim, row0, rows, col0, cols)
-        # copy=True: torch-owned memory, which the CPU memory probe sees (numpy's it does not).
-        wt = torch.from_numpy(w).to(torch_dtype(t.data_type), copy=True)
+        # A copy: torch-owned memory, which the CPU memory probe sees (numpy's it does not);
+        # int8 rows quantized per row of the piece's columns (stored.py).
+        wt = to_stored(torch.from_numpy(w).clone(), storage_dtype(t.data_type))
         st = torch.zeros((rows, kernels.state_cols(t.optimizer, cols)), dtype=torch.float32)
         return wt, st
 

@@ -20,6 +20,10 @@ updated once per batch (as FBGEMM's prefetch does), after the step:
 A lookup hits when its row was cached at the batch's start: `hits / lookups` is the per-lookup
 hit rate cache_policy.py predicts. The per-row counts and stamps live in host memory
 (reported apart as extra_ddr: the cost model does not count them).
+
+Rows are stored as stored.py says (int8: uint8 rows of codes, fp32 scale and bias): every
+gather, scatter, cache slot and file moves stored rows as they are; reads, lookups and updates
+convert through stored.py (fp32 out, the optimizer in fp32, stored rows back).
 """
 
 from collections.abc import Callable
@@ -32,20 +36,9 @@ import torch
 
 from cost_models import Tier, cache_rows
 from cost_models.cache_policy import CachePolicy
-from cost_models.types import DataType
-from planner.executor import kernels
+from planner.executor import stored
 
 UpdateFn = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
-_DTYPES = {DataType.FP32: torch.float32, DataType.FP16: torch.float16,
-           DataType.BF16: torch.bfloat16}
-
-
-def torch_dtype(dt: DataType) -> torch.dtype:
-    if dt not in _DTYPES:
-        raise ValueError(f"the executor trains {', '.join(d.value for d in _DTYPES)} weights; "
-                         f"{dt.value} (per-row quantized, inference-only in FBGEMM) tables "
-                         f"are refused before the ranks start (run.check_data_types)")
-    return _DTYPES[dt]
 
 
 @dataclass
@@ -106,23 +99,23 @@ class DenseStore(RowStore):
             self.hits += int(ids.numel())
         # index_select: a plain row gather, several times faster than advanced indexing.
         rows = torch.index_select(self.w, 0, ids.to(self.w.device))
-        return rows.to(self.device, torch.float32)
+        return stored.to_float(rows.to(self.device))
 
     def pool(self, ids: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
         self.lookups += int(ids.numel())
         if self.tier is Tier.HBM:
             self.hits += int(ids.numel())
         dev = self.w.device
-        return kernels.pool_bags(self.w, ids.to(dev), offsets.to(dev)).to(self.device)
+        return stored.pool(self.w, ids.to(dev), offsets.to(dev)).to(self.device)
 
     def update(self, uniq: torch.Tensor, fn: UpdateFn) -> None:
         u = uniq.to(self.w.device)
-        w, s = fn(self.w[u].to(self.device, torch.float32), self.s[u].to(self.device))
-        self.w[u] = w.to(self.w.device, self.w.dtype)
+        w, s = fn(stored.to_float(self.w[u].to(self.device)), self.s[u].to(self.device))
+        self.w[u] = stored.to_stored(w, self.w.dtype).to(self.w.device)
         self.s[u] = s.to(self.s.device)
 
     def dump(self) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.w.float().cpu(), self.s.cpu()
+        return stored.to_float(self.w).cpu(), self.s.cpu()
 
     def memory(self) -> MemoryHeld:
         n = _nbytes(self.w) + _nbytes(self.s)
@@ -138,7 +131,7 @@ class CachedStore(RowStore):
                  ssd_path: Path | None = None) -> None:
         self.tier, self.device, self.policy = tier, device, CachePolicy(policy)
         rows = w.shape[0]
-        self.rows = rows
+        self.rows, self.cols = rows, stored.cols_of(w)
         if tier is Tier.SSD:
             assert ssd_path is not None
             self.cache_device = torch.device("cpu")
@@ -170,13 +163,12 @@ class CachedStore(RowStore):
     def read(self, ids: torch.Tensor) -> torch.Tensor:
         hit, slot = self._find(ids)
         ids_h = ids.cpu()
-        out = torch.empty((ids.numel(), self.cw.shape[1]), dtype=torch.float32,
-                          device=self.device)
+        out = torch.empty((ids.numel(), self.cols), dtype=torch.float32, device=self.device)
         hd = hit.to(self.device)
-        out[hd] = torch.index_select(self.cw, 0, slot[hit]).to(self.device, torch.float32)
+        out[hd] = stored.to_float(torch.index_select(self.cw, 0, slot[hit]).to(self.device))
         miss = ~hit.cpu()
-        out[miss.to(self.device)] = torch.index_select(self.w, 0, ids_h[miss]).to(
-            self.device, torch.float32)
+        out[miss.to(self.device)] = stored.to_float(torch.index_select(
+            self.w, 0, ids_h[miss]).to(self.device))
         self._count(ids_h, hit)
         return out
 
@@ -185,9 +177,9 @@ class CachedStore(RowStore):
         side's ids masked out), then added."""
         hit, slot = self._find(ids)
         ids_h = ids.cpu()
-        cached = kernels.pool_bags(self.cw, slot, offsets.to(self.cache_device), hit)
+        cached = stored.pool(self.cw, slot, offsets.to(self.cache_device), hit)
         with self.host_span():
-            missed = kernels.pool_bags(self.w, ids_h, offsets.cpu(), ~hit.cpu())
+            missed = stored.pool(self.w, ids_h, offsets.cpu(), ~hit.cpu())
         self._count(ids_h, hit)
         return cached.to(self.device) + missed.to(self.device)
 
@@ -208,21 +200,21 @@ class CachedStore(RowStore):
         hit, slot = self._find(uniq)
         u = uniq.cpu()
         hit_h = hit.cpu()
-        w = torch.empty((u.numel(), self.cw.shape[1]), dtype=torch.float32, device=self.device)
+        w = torch.empty((u.numel(), self.cols), dtype=torch.float32, device=self.device)
         s = torch.empty((u.numel(), self.s.shape[1]), dtype=self.s.dtype, device=self.device)
         hd = hit.to(self.device)
-        w[hd] = self.cw[slot[hit]].to(self.device, torch.float32)
+        w[hd] = stored.to_float(self.cw[slot[hit]].to(self.device))
         with self.host_span():  # the misses' rows, and the state where it stays in DDR
-            w[~hd] = self.w[u[~hit_h]].to(self.device, torch.float32)
+            w[~hd] = stored.to_float(self.w[u[~hit_h]].to(self.device))
             if self.cs is None:
                 s[:] = self.s[u].to(self.device)
         if self.cs is not None:
             s[hd] = self.cs[slot[hit]].to(self.device)
             s[~hd] = self.s[u[~hit_h]].to(self.device)
         w, s = fn(w, s)
-        self.cw[slot[hit]] = w[hd].to(self.cache_device, self.cw.dtype)
+        self.cw[slot[hit]] = stored.to_stored(w[hd], self.cw.dtype).to(self.cache_device)
         with self.host_span():
-            self.w[u[~hit_h]] = w[~hd].to("cpu", self.w.dtype)
+            self.w[u[~hit_h]] = stored.to_stored(w[~hd], self.w.dtype).to("cpu")
             if self.cs is None:
                 self.s[u] = s.cpu()
         if self.cs is not None:
@@ -285,7 +277,7 @@ class CachedStore(RowStore):
 
     def dump(self) -> tuple[torch.Tensor, torch.Tensor]:
         self.flush()
-        return self.w.float().clone(), self.s.clone()
+        return stored.to_float(self.w).clone(), self.s.clone()
 
     def memory(self) -> MemoryHeld:
         meta = _nbytes(self.keys) + _nbytes(self.slot_of_key)
