@@ -17,7 +17,7 @@ bound on the step's peak over its phases (see StepBuffers).
 import functools
 import itertools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -274,18 +274,28 @@ def distinct_rows_bound(table: TableGeom, n_ids: int) -> int:
     rows = table.rows
     if n_ids <= 0 or rows <= 0:
         return 0
-    edges = sorted({0, rows, *(min(rows, round(rows ** (i / _DISTINCT_BUCKETS)))
-                               for i in range(_DISTINCT_BUCKETS + 1))})
-    shares = _shares(table.access, edges[1:], rows)
     expected = 0.0
-    prev_share = 0.0
-    for (k0, k1), share in zip(itertools.pairwise(edges), shares, strict=True):
-        p = min(max(share - prev_share, 0.0) / (k1 - k0), 1.0)
-        prev_share = share
-        # (k1 - k0) rows, each missed by all n ids with probability (1 - p)^n
-        expected += (k1 - k0) * (1.0 if p >= 1.0 else -math.expm1(n_ids * math.log1p(-p)))
+    for width, p in _bucket_rates(table.access, rows):
+        # `width` rows, each missed by all n ids with probability (1 - p)^n
+        expected += width * (1.0 if p >= 1.0 else -math.expm1(n_ids * math.log1p(-p)))
     bound = math.ceil(expected + ID_COUNT_SIGMAS * math.sqrt(max(expected, 1.0)))
     return min(rows, n_ids, bound)
+
+
+# A table is bounded for two id counts (its replica's and its sharded pieces'): the buckets
+# and their mean rates, which do not depend on the ids, are made once.
+@functools.lru_cache(maxsize=1 << 12)
+def _bucket_rates(access: AccessModel, rows: int) -> tuple[tuple[int, float], ...]:
+    """(rows, mean per-row probability) of each of distinct_rows_bound's buckets."""
+    edges = sorted({0, rows, *(min(rows, round(rows ** (i / _DISTINCT_BUCKETS)))
+                               for i in range(_DISTINCT_BUCKETS + 1))})
+    shares = _shares(access, edges[1:], rows)
+    out = []
+    prev_share = 0.0
+    for (k0, k1), share in zip(itertools.pairwise(edges), shares, strict=True):
+        out.append((k1 - k0, min(max(share - prev_share, 0.0) / (k1 - k0), 1.0)))
+        prev_share = share
+    return tuple(out)
 
 
 def backward_workspace(optimizer: Optimizer, n_ids: int, bags: int, rows: int,
@@ -320,12 +330,11 @@ def piece_buffers(table: TableGeom, data_parallel: bool, piece_rows: int, piece_
     gradients it gathers from its host's peers (a second gradient array beside the B
     samples'). `cache_slots`: a cached piece's slots, whose re-admission after the step is
     one more backward transient."""
-    b = model.batch_per_gpu
-    nb = bags_per_gpu(table, b)
     if data_parallel:
+        b = model.batch_per_gpu
         n_local = round(b * table.pooling)
         # A sequence replica's backward has one "bag" per id (each id its own output).
-        nb = n_local if table.sequence else nb
+        nb = n_local if table.sequence else bags_per_gpu(table, b)
         # The ring sends and receives one chunk of rows per hop.
         chunk = -(-piece_rows // world)
         hop = (_staging(chunk, piece_cols, model.bwd_precision, chunk, True, False)
@@ -336,9 +345,27 @@ def piece_buffers(table: TableGeom, data_parallel: bool, piece_rows: int, piece_
             workspace=max(ring, backward_workspace(
                 table.optimizer, n_local, nb, piece_rows, piece_rows, piece_cols,
                 distinct_rows_bound(table, n_local))))
-    if table.sequence:
-        return _sequence_piece_buffers(table, piece_rows, piece_cols, world, model,
-                                       cache_slots)
+    base, n_ids, u = (_sequence_piece_buffers(table, piece_rows, piece_cols, world, model)
+                      if table.sequence else
+                      _sharded_piece_buffers(table, piece_rows, piece_cols, world, model,
+                                             host_samples))
+    if not cache_slots:
+        return base
+    # The re-admission is one more backward transient, beside the backward's workspace.
+    return replace(base, workspace=max(base.workspace,
+                                       _cache_admission(cache_slots, n_ids, u)))
+
+
+# A piece shape is costed for each cache ratio of its tiers: what the slots do not change
+# (all but the re-admission) is counted once per shape.
+@functools.lru_cache(maxsize=1 << 14)
+def _sharded_piece_buffers(table: TableGeom, piece_rows: int, piece_cols: int, world: int,
+                           model: ModelGeom, host_samples: int
+                           ) -> tuple[StepBuffers, int, int]:
+    """A pooled table's sharded piece without a cache: its buffers, the ids it receives
+    (at most) and the distinct rows it updates (at most)."""
+    b = model.batch_per_gpu
+    nb = bags_per_gpu(table, b)
     # Per bag, not per sample: each of a table's features is its own pooled vector.
     bags = nb * world
     pooled = bags * piece_cols * POOLED_BYTES
@@ -352,11 +379,8 @@ def piece_buffers(table: TableGeom, data_parallel: bool, piece_rows: int, piece_
     u = min(piece_rows, n_ids, distinct_rows_bound(table, world * round(b * table.pooling)))
     return staging + StepBuffers(
         ids=ids, pooled=pooled, grads=pooled + host_samples * piece_cols * POOLED_BYTES,
-        workspace=max(backward_workspace(table.optimizer, n_ids, bags, piece_rows, u,
-                                         piece_cols, u),
-                      _cache_admission(cache_slots, n_ids, u)))
-
-
+        workspace=backward_workspace(table.optimizer, n_ids, bags, piece_rows, u,
+                                     piece_cols, u)), n_ids, u
 
 
 def _cache_admission(cache_slots: int, n_ids: int, u: int) -> int:
@@ -364,8 +388,9 @@ def _cache_admission(cache_slots: int, n_ids: int, u: int) -> int:
              + CACHE_ADMISSION_PER_DISTINCT * u) * DEVICE_INDEX_BYTES if cache_slots else 0)
 
 
+@functools.lru_cache(maxsize=1 << 14)
 def _sequence_piece_buffers(table: TableGeom, piece_rows: int, piece_cols: int, world: int,
-                            model: ModelGeom, cache_slots: int) -> StepBuffers:
+                            model: ModelGeom) -> tuple[StepBuffers, int, int]:
     """A sharded piece of a sequence table (unpooled): one output vector per id it receives
     (n, all ids of the table for a table- or column-wise piece, at most _id_bound's for a
     row-wise one), and their gradients. Held: the ids, each bag's length (bags per rank x W),
@@ -384,9 +409,8 @@ def _sequence_piece_buffers(table: TableGeom, piece_rows: int, piece_cols: int, 
     u = min(piece_rows, n_ids, distinct_rows_bound(table, world * round(b * table.pooling)))
     return staging + StepBuffers(
         ids=(2 * n_ids + 2 * nb * world) * DEVICE_INDEX_BYTES, pooled=vectors, grads=vectors,
-        workspace=max(backward_workspace(table.optimizer, n_ids, n_ids, piece_rows, u,
-                                         piece_cols, u),
-                      _cache_admission(cache_slots, n_ids, u)))
+        workspace=backward_workspace(table.optimizer, n_ids, n_ids, piece_rows, u,
+                                     piece_cols, u)), n_ids, u
 
 
 def placed_piece_buffers(table: TableGeom, kind: ShardingType, tier: Tier, cache_ratio: float,

@@ -16,6 +16,9 @@ _COMM_BYTES = {
 }
 # Optimizer state is kept in fp32.
 _STATE_ELEMENT_BYTES = 4
+# State elements per row: (per row, per column of the row).
+_STATE_ELEMENTS = {Optimizer.SGD: (0, 0), Optimizer.ROWWISE_ADAGRAD: (1, 0),
+                   Optimizer.ADAGRAD: (0, 1), Optimizer.ADAM: (0, 2)}
 
 
 def weight_row_bytes(data_type: DataType, cols: int) -> int:
@@ -33,13 +36,8 @@ def param_bytes(data_type: DataType, rows: int, cols: int) -> int:
 def optimizer_state_row_bytes(optimizer: Optimizer, cols: int) -> int:
     """Bytes of optimizer state per row: none for SGD, one fp32 for row-wise Adagrad,
     one fp32 per element for Adagrad, two (first and second moment) for Adam."""
-    per_row_elements = {
-        Optimizer.SGD: 0,
-        Optimizer.ROWWISE_ADAGRAD: 1,
-        Optimizer.ADAGRAD: cols,
-        Optimizer.ADAM: 2 * cols,
-    }[optimizer]
-    return per_row_elements * _STATE_ELEMENT_BYTES
+    per_row, per_col = _STATE_ELEMENTS[optimizer]
+    return (per_row + per_col * cols) * _STATE_ELEMENT_BYTES
 
 
 def comm_row_bytes(precision: CommPrecision, cols: int) -> int:

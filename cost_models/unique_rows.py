@@ -26,9 +26,7 @@ def unique_rows(access: AccessModel, rows: int, lookups: float) -> float:
     lookups drawn from `access`; never more than either."""
     if rows <= 0 or lookups <= 0:
         return 0.0
-    p, n = rate_groups(access, rows)
-    # 1 - (1-p)^k as -expm1(k log1p(-p)): exact for p near 1, no cancellation for tiny p.
-    touched = -np.expm1(lookups * np.log1p(-np.minimum(p, 1.0)))
+    n, touched = _touched(access, rows, lookups)
     return float(min(float(rows), lookups, float(np.sum(n * touched))))
 
 
@@ -48,9 +46,29 @@ def unique_rows_hot(access: AccessModel, rows: int, lookups: float, hot: int) ->
     the hottest rows first (uniform: one group; zipf by rank; a curve by its segments)."""
     if rows <= 0 or lookups <= 0 or hot <= 0:
         return 0.0
-    p, n = rate_groups(access, rows)
+    n, touched = _touched(access, rows, lookups)
     # Rows of each group inside the hot set: whole groups first, then part of the next.
-    before = np.concatenate([[0.0], np.cumsum(n)[:-1]])
-    inside = np.clip(float(min(hot, rows)) - before, 0.0, n)
-    touched = -np.expm1(lookups * np.log1p(-np.minimum(p, 1.0)))
+    inside = np.clip(float(min(hot, rows)) - _starts(access, rows), 0.0, n)
     return float(np.sum(inside * touched))
+
+
+# unique_rows and unique_rows_hot ask for one table's batch several times (a piece shape
+# per cache size): the groups' touch probabilities, which do not depend on the piece or the
+# cache, are made once per batch, and the groups' starts once per table.
+@functools.lru_cache(maxsize=1024)
+def _touched(access: AccessModel, rows: int, lookups: float
+             ) -> tuple[np.ndarray, np.ndarray]:
+    """(rows of each rate group, the chance that a row of it is touched); read-only."""
+    p, n = rate_groups(access, rows)
+    # 1 - (1-p)^k as -expm1(k log1p(-p)): exact for p near 1, no cancellation for tiny p.
+    touched = -np.expm1(lookups * np.log1p(-np.minimum(p, 1.0)))
+    touched.flags.writeable = False
+    return n, touched
+
+
+@functools.lru_cache(maxsize=1024)
+def _starts(access: AccessModel, rows: int) -> np.ndarray:
+    """Rows before each rate group (the hotter groups'); read-only."""
+    before = np.concatenate([[0.0], np.cumsum(rate_groups(access, rows)[1])[:-1]])
+    before.flags.writeable = False
+    return before
