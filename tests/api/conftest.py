@@ -70,18 +70,33 @@ def start_server(tmp: Path, db: Path, workers: int = 1, **env: Any) -> LiveServe
             cwd=REPO, env=full_env, stdout=out, stderr=subprocess.STDOUT,
             start_new_session=True)
     server = LiveServer(f"http://127.0.0.1:{port}", proc, log)
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server exited: {log.read_text()[-3000:]}")
-        try:
-            if httpx.get(server.url + "/readyz", timeout=1.0).status_code == 200:
-                return server
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    server.kill()
-    raise RuntimeError(f"server not ready in {START_TIMEOUT_S} s: {log.read_text()[-3000:]}")
+    _STARTED.append(server)
+    try:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise RuntimeError(f"server exited: {log.read_text()[-3000:]}")
+            try:
+                if httpx.get(server.url + "/readyz", timeout=1.0).status_code == 200:
+                    return server
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        raise RuntimeError(f"server not ready in {START_TIMEOUT_S} s: {log.read_text()[-3000:]}")
+    except BaseException:  # Ctrl-C while it starts too: the caller never got it to kill
+        server.kill()
+        raise
+
+
+# Every server started, killed at the end of the session whatever happened (Ctrl-C between
+# a start and the test's own `finally` included).
+_STARTED: list[LiveServer] = []
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    for server in _STARTED:
+        server.kill()
+    _STARTED.clear()
 
 
 def fixture_model(name: str) -> dict[str, Any]:
