@@ -65,8 +65,8 @@ def all_types_plan(fwd: str = "fp32", bwd: str = "fp32", batch: int = 32) -> Pla
 def small_plan(fwd: str = "fp32", bwd: str = "fp32", batch: int = 8) -> Plan:
     """2 ranks on one host: every optimizer (SGD, Adagrad, row-wise Adagrad, Adam, sharded and
     data-parallel), table-, column- and row-wise pieces, hbm, ddr and an LFU/LRU-cached tier,
-    fp16 storage, several pieces per rank. What the mutation suite and the CLI failure tests
-    run: a launch takes about a second."""
+    fp16 and int8 storage, several pieces per rank. What the mutation suite and the CLI
+    failure tests run: a launch takes about a second."""
 
     uni: dict[str, Any] = {"kind": "uniform"}
     tables = [
@@ -78,6 +78,7 @@ def small_plan(fwd: str = "fp32", bwd: str = "fp32", batch: int = 8) -> Plan:
         # zipf: a cache policy that keeps the wrong rows shows in the hit rate.
         _table("tw_cache", 80, 4, 6, {"kind": "zipf", "alpha": 1.0}, "rowwise_adagrad"),
         _table("tw_fp16", 24, 4, 2, uni, "sgd", "fp16"),
+        _table("cw_int8", 36, 8, 3, uni, "rowwise_adagrad", "int8"),
     ]
 
     def piece(rank: int, row0: int, rows: int, col0: int, cols: int) -> dict[str, int]:
@@ -94,6 +95,8 @@ def small_plan(fwd: str = "fp32", bwd: str = "fp32", batch: int = 8) -> Plan:
         ("dp_adam", "data_parallel", "hbm", None, [piece(r, 0, 16, 0, 4) for r in range(2)]),
         ("tw_cache", "table_wise", "hbm_cache", 0.25, [piece(1, 0, 80, 0, 4)]),
         ("tw_fp16", "table_wise", "hbm", None, [piece(0, 0, 24, 0, 4)]),
+        ("cw_int8", "column_wise", "hbm", None, [piece(0, 0, 36, 0, 4),
+                                                 piece(1, 0, 36, 4, 4)]),
     ]
     return _evaluated("executor-small", 1, 2, batch, fwd, bwd, tables, plans)
 

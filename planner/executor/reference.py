@@ -1,6 +1,6 @@
 """The unsharded reference: every table whole, in one process, in float64, no communication,
-and none of the ranks' arithmetic: this module does not import kernels.py, quant.py, rank.py or
-store.py. It uses torch's own operators only:
+and none of the ranks' arithmetic: this module does not import kernels.py, quant.py, rank.py,
+store.py or stored.py. It uses torch's own operators only:
 
 - lookup and sum pooling: `torch.nn.functional.embedding_bag(mode="sum")` on the whole table;
   a sequence table's (pooling_mode "none") lookup: `torch.nn.functional.embedding`, one
@@ -17,7 +17,10 @@ store.py. It uses torch's own operators only:
   then w -= lr * g / (sqrt(state) + eps).
 
 What follows the plan is the model's semantics, not its transport: the storage dtype (weights
-stored as fp16/bf16 are rounded to it after every update, as the ranks store them) and the
+stored as fp16/bf16 are rounded to it after every update, as the ranks store them; int8
+weights are quantized per row of every column chunk, at the start and after every update of
+the rows it updated, written here apart from the ranks' code from FBGEMM's definition, in
+float64: see _int8) and the
 column shards of row-wise Adagrad (one accumulator per row of each shard, as FBGEMM and
 TorchRec keep it). The per-piece partial sums of row-split tables are returned for step 0 only
 as magnitudes: the executor's tolerance for quantized communication scales with them.
@@ -34,8 +37,21 @@ from planner.executor import synthetic
 from planner.executor.layout import ExecLayout, TableExec
 
 _STORAGE = {DataType.FP32: torch.float32, DataType.FP16: torch.float16,
-            DataType.BF16: torch.bfloat16}
+            DataType.BF16: torch.bfloat16, DataType.INT8: torch.float64}  # int8: see _int8
 BETAS = (0.9, 0.999)
+# int8 rows, FBGEMM's definition (its training TBE, deterministic rounding): per row of a
+# column chunk, scale = (max - min) / 255, bias = min, code = round((x - bias) * 255 /
+# (scale * 255 + 1e-8)) to nearest (ties to even, as lrintf) in [0, 255], value = code *
+# scale + bias.
+_QPARAM_EPS = 1e-8
+# The ranks compute the code's argument t in fp32 from the same fp32 initial weights: at most
+# 7 roundings (x - bias, max - min, / 255, * 255, + eps, 255 / ., the product), each within
+# 2^-24 of t <= 255: |t_fp32 - t| < 8 * 2^-24 * 256 = 2^-13. Where t lies that close to a
+# rounding boundary the two sides may pick adjacent codes: such an element is "ambiguous".
+INT8_CODE_EPS = 2.0**-13
+# Their dequantization (fp32 scale rounded once, code * scale, + bias) and fp32 scale
+# differ from float64's by at most 4 * 2^-24 of |bias| + 255 * scale: 2^-21 with margin.
+INT8_DEQUANT = 2.0**-21
 
 
 @dataclass
@@ -49,12 +65,41 @@ class ReferenceResult:
     abs_pooled: dict[int, torch.Tensor] = field(default_factory=dict)
     partials: dict[tuple[int, int], list[torch.Tensor]] = field(default_factory=dict)
     max_bag: dict[int, int] = field(default_factory=dict)  # table -> longest bag, step 0
+    # int8 tables: what their tolerances need (Int8Stats), and at step 0 per output element
+    # the bag's sum of its rows' int8 slack (INT8_SLACK0), [B, dim].
+    int8: dict[int, "Int8Stats"] = field(default_factory=dict)
+    int8_slack0: dict[int, torch.Tensor] = field(default_factory=dict)
+
+
+@dataclass
+class Int8Stats:
+    """An int8 table's quantization over the run (reference side)."""
+
+    step: torch.Tensor  # [rows, dim]: each element's code step (its row chunk's scale), at the end
+    mag: torch.Tensor  # [rows, dim]: |bias| + 255 * scale, the dequantization's magnitude
+    step_max: float = 0.0  # the largest code step of any row chunk over the run
+    lookups_max: int = 0  # most lookups of one row in one step
+    bag_max: int = 0  # longest bag of any step
+    grad_norm_min: float = float("inf")  # smallest |pooled - target|_F of a step
 
 
 def storage_dtype(dt: DataType) -> torch.dtype:
     if dt not in _STORAGE:
         raise ValueError(f"no reference for {dt.value} weights")
     return _STORAGE[dt]
+
+
+def _int8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Rows of one column chunk, float64 [n, c], as int8 stores them: (values, scale [n, 1],
+    magnitude |bias| + 255 * scale [n, 1], ambiguous [n, c]: codes the ranks' fp32 may round
+    the other way, INT8_CODE_EPS)."""
+    lo = x.min(dim=1, keepdim=True).values
+    hi = x.max(dim=1, keepdim=True).values
+    scale = (hi - lo) / 255
+    t = (x - lo) * (255 / (scale * 255 + _QPARAM_EPS))
+    code = torch.round(t).clamp(0, 255)
+    ambiguous = ((t - torch.floor(t)) - 0.5).abs() <= INT8_CODE_EPS
+    return code * scale + lo, scale, lo.abs() + 255 * scale, ambiguous
 
 
 def _batch(lay: ExecLayout, t: TableExec, seed: int, step: int
@@ -85,6 +130,11 @@ class _Table:
         self.dtype = storage_dtype(t.data_type)
         w0 = torch.from_numpy(synthetic.init_weights(seed, t.index, t.dim, 0, t.rows, 0, t.dim))
         self.w = torch.nn.Parameter(w0.to(self.dtype).double())
+        self.int8: Int8Stats | None = None
+        if t.data_type is DataType.INT8:
+            zero = torch.zeros((t.rows, t.dim), dtype=torch.float64)
+            self.int8 = Int8Stats(zero, zero.clone())
+            self.ambiguous0 = self._quantize(torch.arange(t.rows))
         self.initial = self.w.detach().clone()
         opt = t.optimizer
         self.opt: torch.optim.Optimizer | None = None
@@ -136,9 +186,35 @@ class _Table:
                 self.m[touched] = st["exp_avg"]
                 self.v[touched] = st["exp_avg_sq"]
                 self.w[touched] = rows.detach()
-            if self.dtype is not torch.float32:  # the storage's rounding, every update
+            if self.int8 is not None:  # the rows updated, quantized again
+                self._quantize(torch.arange(self.t.rows) if self.t.data_parallel else touched)
+                st = self.int8
+                st.lookups_max = max(st.lookups_max, int(torch.bincount(ids).max()))
+                ends = torch.cat([offsets[1:], torch.tensor([ids.numel()])])
+                st.bag_max = max(st.bag_max, int((ends - offsets).max()) if
+                                 offsets.numel() and not self.t.sequence else 1)
+                st.grad_norm_min = min(st.grad_norm_min, float((out - target).norm()))
+            elif self.dtype is not torch.float32:  # the storage's rounding, every update
                 self.w.copy_(self.w.to(self.dtype).double())
         return out.detach()
+
+    def _quantize(self, rows: torch.Tensor) -> torch.Tensor:
+        """Quantize `rows` (int8 tables) per column chunk in place; returns which of their
+        elements are ambiguous ([len(rows), dim])."""
+        st = self.int8
+        assert st is not None
+        amb = torch.zeros((rows.numel(), self.t.dim), dtype=torch.bool)
+        with torch.no_grad():
+            for ch in self.t.chunks:
+                cols = slice(ch.col0, ch.col0 + ch.cols)
+                v, scale, mag, a = _int8(self.w[rows, cols])
+                self.w[rows, cols] = v
+                st.step[rows, cols] = scale.expand(-1, ch.cols)
+                st.mag[rows, cols] = mag.expand(-1, ch.cols)
+                amb[:, cols] = a
+                if scale.numel():
+                    st.step_max = max(st.step_max, float(scale.max()))
+        return amb
 
     def states(self) -> dict[int, torch.Tensor]:
         """Per column chunk, the optimizer state in the ranks' layout ([rows, state cols])."""
@@ -176,13 +252,29 @@ def run_reference(lay: ExecLayout, seed: int, steps: int, lr: float,
             ids, offsets = _batch(lay, t, seed, step)
             if step == 0:
                 _magnitudes(res, t, tab.w.detach(), ids, offsets)
+                if tab.int8 is not None:
+                    # Per element: a whole code step where the ranks may round the other way,
+                    # and the fp32 dequantization's error (INT8_DEQUANT).
+                    slack = (tab.ambiguous0.double() * tab.int8.step
+                             + INT8_DEQUANT * tab.int8.mag)
+                    res.int8_slack0[t.index] = _pooled(t, slack, ids, offsets)
             out = tab.step(ids, offsets, _targets(lay, t, seed, step), step + 1)
             for r in range(lay.world):
                 res.outputs[(step, r, t.index)] = out[r * b:(r + 1) * b]
         res.weights[t.index] = tab.w.detach().clone()
+        if tab.int8 is not None:
+            res.int8[t.index] = tab.int8
         for col0, st in tab.states().items():
             res.states[(t.index, col0)] = st
     return res
+
+
+def _pooled(t: TableExec, w: torch.Tensor, ids: torch.Tensor, offsets: torch.Tensor
+            ) -> torch.Tensor:
+    """Sum pooling of [rows, dim] values per bag (a sequence table: per id)."""
+    if t.sequence:
+        return F.embedding(ids, w)
+    return F.embedding_bag(ids, w, offsets, mode="sum")
 
 
 def _magnitudes(res: ReferenceResult, t: TableExec, w: torch.Tensor, ids: torch.Tensor,

@@ -65,7 +65,8 @@ def quantize(x: torch.Tensor) -> torch.Tensor:
 def _qparams(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(scale, bias), float32 [n, 1] each, of stored int8 rows."""
     c = rows.shape[1] - QPARAM_BYTES
-    qp = rows[:, c:].contiguous().view(torch.float32)  # [n, 2]
+    # A copy, always: a dtype view needs an aligned start (one row's slice is contiguous).
+    qp = rows[:, c:].clone(memory_format=torch.contiguous_format).view(torch.float32)
     return qp[:, :1], qp[:, 1:]
 
 

@@ -142,7 +142,7 @@ def test_cached_store_computes_what_a_plain_store_does(tmp_path: Path, tier, pol
 
 def test_reference_shares_no_code_with_the_ranks():
     """reference.py imports none of the ranks' arithmetic (kernels, quant, rank, store,
-    comm): a bug there cannot be on both sides of the check."""
+    comm, stored): a bug there cannot be on both sides of the check."""
     import ast
 
     import planner.executor.reference as ref
@@ -155,25 +155,6 @@ def test_reference_shares_no_code_with_the_ranks():
         elif isinstance(node, ast.ImportFrom):
             names.add(node.module or "")
             names.update(f"{node.module}.{a.name}" for a in node.names)
-    shared = {f"planner.executor.{m}" for m in ("kernels", "quant", "rank", "store", "comm")}
+    shared = {f"planner.executor.{m}" for m in ("kernels", "quant", "rank", "store", "comm",
+                                                "stored")}
     assert not names & shared, names & shared
-
-
-def test_int8_tables_are_refused_with_exit_2_naming_the_table(tmp_path: Path):
-    import json
-
-    from typer.testing import CliRunner
-
-    from planner.cli import app
-    from planner.executor.demo import small_plan
-
-    body = json.loads(small_plan().model_dump_json())
-    for t in body["request"]["model"]["tables"]:
-        if t["name"] == "tw_fp16":
-            t["data_type"] = "int8"
-    plan = tmp_path / "plan.json"
-    plan.write_text(json.dumps(body))
-    got = CliRunner().invoke(app, ["execute", str(plan), "--run-dir", str(tmp_path / "run")])
-    assert got.exit_code == 2, got.output
-    assert "table 'tw_fp16' has data_type int8" in got.output
-    assert not (tmp_path / "run" / "rank0.json").exists()  # refused before any rank
