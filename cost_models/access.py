@@ -34,8 +34,12 @@ def _powers(alpha: float, n: int) -> np.ndarray:
     with _POWERS_LOCK:
         got = _POWERS.get(alpha)
         if got is None or len(got) < n:
-            m = min(_EXACT_SUM_LIMIT, max(n, 1024 if got is None else 2 * len(got)))
-            got = _POWERS[alpha] = np.arange(1, m + 1, dtype=np.float64) ** -alpha
+            have = 0 if got is None else len(got)
+            m = min(_EXACT_SUM_LIMIT, max(n, 1024 if got is None else 2 * have))
+            # Only the new terms: each k**-alpha is the same wherever it lies in the array,
+            # and recomputing the held ones made every table of its own alpha pay twice.
+            tail = np.arange(have + 1, m + 1, dtype=np.float64) ** -alpha
+            got = _POWERS[alpha] = tail if got is None else np.concatenate([got, tail])
             while len(_POWERS) > _POWERS_KEPT:
                 _POWERS.pop(next(iter(_POWERS)))
         return got
