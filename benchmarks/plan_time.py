@@ -10,7 +10,10 @@ batch 1024 per GPU), with n tables instead of 1000; n = 1000 reproduces the fixt
 Each case runs in its own subprocess with a wall-clock limit (300 s) and an address-space
 limit, so a slow or huge case is recorded as "timeout" or "out of memory" instead of hanging.
 Time is the median of 3 runs when the first run takes under 10 s, else that one run; it
-includes validating the request dict, as a caller of `plan()` pays it. The same runs' CPU
+includes validating the request dict, as a caller of `plan()` pays it. The first run is also
+reported on its own ("first s"): later runs in the same process find the cost model's
+per-geometry caches warm, which a launcher that plans once per job never does, so the
+targets are judged on the first (cold) call. The same runs' CPU
 seconds (time.process_time) are recorded beside the wall clock: on a machine other jobs load,
 the wall clock inflates and the CPU time much less. Stage times come from wrapping the
 functions `planner.planning` calls (resolve, build_problem, candidates_for, lower_bound,
@@ -235,7 +238,8 @@ def _fmt_s(x: float | None) -> str:
 def markdown(rows: list[dict[str, Any]], meta: dict[str, Any],
              targets: list[dict[str, Any]]) -> str:
     cols = (*STAGES, "other")
-    head = ["model", "tables", "GPUs", "plan s", "CPU s", "runs", *[c.lstrip("_") for c in cols],
+    head = ["model", "tables", "GPUs", "first s", "plan s", "CPU s", "runs",
+            *[c.lstrip("_") for c in cols],
             "gap", "status"]
     cpu = f"{meta['nproc']} CPUs ({meta['cpu']})" if meta["cpu"] else f"{meta['nproc']} CPUs"
     lines = [
@@ -245,8 +249,9 @@ def markdown(rows: list[dict[str, Any]], meta: dict[str, Any],
         "drawn with the `synthetic_1000` recipe (seed 20221) and on the `hugectr_200` fixture, "
         "`h100` preset, 8 GPUs per host, default options (solver `auto`, CP-SAT budget 2 "
         "deterministic s; solve = the CP-SAT stage); CPU s: the same runs' process CPU "
-        "seconds. "
-        f"Median of {REPEATS} runs when a run takes under {REPEAT_UNDER_S:g} s, else one run; "
+        "seconds. first s: the first run alone, in a fresh process (cold caches): what "
+        "the targets are judged on. plan s: the "
+        f"median of {REPEATS} runs when a run takes under {REPEAT_UNDER_S:g} s, else one run; "
         f"each case in a subprocess limited to {CASE_TIMEOUT_S} s. Stage columns: seconds "
         "inside each function `plan()` calls, summed when it is called more than once "
         "(median over the runs); other = the rest of `plan()`. "
@@ -259,12 +264,14 @@ def markdown(rows: list[dict[str, Any]], meta: dict[str, Any],
     ]
     for r in rows:
         if "error" in r:
-            cells = [r["model"], f"{r['tables']:,}", f"{r['gpus']:,}", r["error"], "-", "-"]
+            cells = [r["model"], f"{r['tables']:,}", f"{r['gpus']:,}", r["error"], "-", "-",
+                     "-"]
             cells += ["-"] * len(cols) + ["-", r.get("detail", "")]
         else:
             st = r.get("stages_s", {})
             status = "infeasible" if r.get("infeasible") else r.get("status", "-")
-            cells = [r["model"], f"{r['tables']:,}", f"{r['gpus']:,}", _fmt_s(r["time_s"]),
+            cells = [r["model"], f"{r['tables']:,}", f"{r['gpus']:,}",
+                     _fmt_s(r["runs_s"][0]), _fmt_s(r["time_s"]),
                      _fmt_s(r.get("cpu_s")), str(len(r["runs_s"])),
                      *[_fmt_s(st.get(k)) for k in cols],
                      "-" if r.get("gap") is None else f"{r['gap']:.2%}", status]
@@ -273,7 +280,8 @@ def markdown(rows: list[dict[str, Any]], meta: dict[str, Any],
     for target in targets:
         lines.append(
             f"- target: {target['model']} on {target['gpus']:,} GPUs in under "
-            f"{target['limit_s']:g} s on this {meta['nproc']}-CPU machine: "
+            f"{target['limit_s']:g} s, first call in a fresh process, "
+            f"on this {meta['nproc']}-CPU machine: "
             + (f"{_fmt_s(target['time_s'])} s, {'holds' if target['holds'] else 'MISSED'}"
                if target["time_s"] is not None
                else f"{target['error']}, MISSED" if target.get("error") else "not measured"))
@@ -316,7 +324,7 @@ def main(argv: list[str] | None = None) -> int:
     targets = []
     for key, hosts, limit in TARGETS:
         hit = next((r for r in rows if (r["model"], r["hosts"]) == (key, hosts)), None)
-        t_s = hit.get("time_s") if hit else None
+        t_s = hit["runs_s"][0] if hit and "runs_s" in hit else None
         targets.append({"model": key, "gpus": 8 * hosts, "limit_s": limit, "time_s": t_s,
                         "holds": t_s is not None and t_s < limit,
                         "error": hit.get("detail") if hit and "error" in hit else None})
