@@ -76,6 +76,14 @@ SEQ_TABLES = [
 SEQ_KINDS = {"tw1": "table_wise", "seq_tw": "table_wise", "seq_rw": "row_wise",
              "seq_cw": "column_wise"}
 
+# Issue 18's acceptance model: one table read by 3 features and one sequence table, together.
+BOTH_TABLES = [
+    _table("shared", 50, 8, THREE, sharding_types=["table_wise"], pinned_ranks=[1]),
+    _table("seq_tw", 40, 8, pooling_mode="none", sharding_types=["table_wise"],
+           pinned_ranks=[0]),
+]
+BOTH_KINDS = {"shared": "table_wise", "seq_tw": "table_wise"}
+
 
 def _free_port() -> int:
     with socket.socket() as s:
@@ -85,8 +93,10 @@ def _free_port() -> int:
 
 @pytest.mark.parametrize("tables,want_kinds", [(TABLES, KINDS),
                                                 (SHARED_TABLES, SHARED_KINDS),
-                                                (SEQ_TABLES, SEQ_KINDS)],
-                         ids=["one_feature_each", "shared_tables", "sequence_tables"])
+                                                (SEQ_TABLES, SEQ_KINDS),
+                                                (BOTH_TABLES, BOTH_KINDS)],
+                         ids=["one_feature_each", "shared_tables", "sequence_tables",
+                              "shared_and_sequence"])
 def test_exported_plan_runs_in_distributed_model_parallel(tmp_path, tables, want_kinds):
     from planner import plan
     from planner.interop import build_sharding_plan, to_torchrec
@@ -102,6 +112,12 @@ def test_exported_plan_runs_in_distributed_model_parallel(tmp_path, tables, want
         assert set(sp) == {"ebc", "ec"} and set(sp["ec"]) == seq
     kinds = {t.name: t.sharding_type.value for t in p.tables}
     assert kinds == want_kinds
+    if tables is BOTH_TABLES:  # the same plan passes `planner execute` on 2 gloo ranks
+        from planner.executor.job import RunOptions
+        from planner.executor.run import execute
+
+        rep = execute(p, RunOptions(steps=3), run_dir=tmp_path / "execute", timeout_s=180)
+        assert rep.ok, [f"{c.name}: {c.detail}" for c in rep.checks if not c.ok]
     for t, spec_t in zip(export.tables, tables, strict=True):
         names = [f["name"] for f in spec_t.get("features") or [{"name": spec_t["name"]}]]
         assert t.feature_names == names
