@@ -15,7 +15,9 @@ from planner.executor.job import RunOptions
 from planner.executor.mutants import MUTANTS, apply_patch
 from planner.executor.run import ExecutionReport, execute
 
-PEAK = "memory peak"  # fails on every run until the memory model counts step buffers
+# A mutant counts as caught only by a correctness check: the memory peak's allowance is not
+# derived for these bugs. Correct code must pass every check, the peak included.
+PEAK = "memory peak"
 STEPS, EPS = 3, 1e-2
 
 
@@ -31,7 +33,7 @@ def run(fwd: str, mutants: tuple[str, ...] = ()) -> ExecutionReport:
 @pytest.mark.parametrize("fwd", sorted({m.fwd for m in MUTANTS}))
 def test_correct_code_passes_every_check(fwd):
     rep = run(fwd)
-    assert failed(rep) == [], [c.detail for c in rep.checks if not c.ok]
+    assert rep.ok, [f"{c.name}: {c.detail}" for c in rep.checks if not c.ok]
 
 
 @pytest.mark.parametrize("mutant", MUTANTS, ids=lambda m: m.name)
