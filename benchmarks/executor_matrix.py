@@ -32,15 +32,13 @@ from typing import Any
 
 import torch
 
+from planner.executor.demo import GPUS_PER_HOST, HOSTS, evaluated_plan, piece, split_rows
 from planner.executor.job import RunOptions
 from planner.executor.launch import RankFailure
 from planner.executor.run import execute
-from planner.plan_model import Plan, PlanLayout
-from planner.planning import evaluate
-from planner.presets import preset_dict
+from planner.plan_model import Plan
 
 OUT = Path(__file__).parent / "results"
-HOSTS, GPUS = 2, 2
 BATCH, STEPS = 32, 5
 OPTIMIZERS = ("sgd", "adagrad", "rowwise_adagrad", "adam")
 TIERS = ("hbm", "hbm_cache", "ddr", "ssd")
@@ -51,35 +49,24 @@ PRECISIONS = (("fp16", "fp16"), ("bf16", "bf16"), ("int8", "int8"), ("fp8", "fp8
               ("fp16", "int8"))
 
 
-def _piece(rank: int, row0: int, rows: int, col0: int, cols: int) -> dict[str, int]:
-    return {"rank": rank, "host": rank // GPUS, "row_offset": row0, "row_count": rows,
-            "col_offset": col0, "col_count": cols}
-
-
-def _rows_over(rows: int, ranks: list[int], col0: int, cols: int) -> list[dict[str, int]]:
-    n = len(ranks)
-    return [_piece(r, rows * i // n, rows * (i + 1) // n - rows * i // n, col0, cols)
-            for i, r in enumerate(ranks)]
-
-
 def _pieces(kind: str, rows: int, dim: int, at: int) -> list[dict[str, int]]:
     """The pieces of one table of `kind`, its single-GPU pieces starting at rank `at`."""
     half = dim // 2
     if kind == "table_wise":
-        return [_piece(at % 4, 0, rows, 0, dim)]
+        return [piece(at % 4, 0, rows, 0, dim)]
     if kind == "column_wise":  # chunks on two hosts
-        return [_piece(at % 4, 0, rows, 0, half), _piece((at + 2) % 4, 0, rows, half, half)]
+        return [piece(at % 4, 0, rows, 0, half), piece((at + 2) % 4, 0, rows, half, half)]
     if kind == "row_wise":
-        return _rows_over(rows, [0, 1, 2, 3], 0, dim)
+        return split_rows(rows, [0, 1, 2, 3], 0, dim)
     host = [0, 1] if at % 2 == 0 else [2, 3]
     if kind == "table_row_wise":
-        return _rows_over(rows, host, 0, dim)
+        return split_rows(rows, host, 0, dim)
     if kind == "table_column_wise":
-        return [_piece(host[0], 0, rows, 0, half), _piece(host[1], 0, rows, half, half)]
+        return [piece(host[0], 0, rows, 0, half), piece(host[1], 0, rows, half, half)]
     if kind == "grid":  # a column chunk per host, its rows over the host's GPUs
-        return _rows_over(rows, [0, 1], 0, half) + _rows_over(rows, [2, 3], half, half)
+        return split_rows(rows, [0, 1], 0, half) + split_rows(rows, [2, 3], half, half)
     if kind == "data_parallel":
-        return [_piece(r, 0, rows, 0, dim) for r in range(4)]
+        return [piece(r, 0, rows, 0, dim) for r in range(4)]
     raise ValueError(kind)
 
 
@@ -97,15 +84,9 @@ def tier_plan(tier: str, data_type: str = "fp32", fwd: str = "fp32", bwd: str = 
         tables.append({"name": name, "num_embeddings": rows, "embedding_dim": dim,
                        "pooling_factor": 2 + i % 3, "access_frequency": access,
                        "optimizer": OPTIMIZERS[i % len(OPTIMIZERS)], "data_type": data_type})
-        layout.append({"name": name, "sharding_type": kind, "tier": tier,
-                       "cache_ratio": CACHE_RATIO.get(tier), "pieces": _pieces(kind, rows, dim, i)})
-    hw = preset_dict("h100")
-    hw.update(hosts=HOSTS, gpus_per_host=GPUS)
-    request = {"model": {"name": f"matrix-{tier}-{data_type}", "batch_size_per_gpu": BATCH,
-                         "fwd_comm_precision": fwd, "bwd_comm_precision": bwd,
-                         "tables": tables},
-               "hardware": hw}
-    return evaluate(PlanLayout.model_validate({"request": request, "tables": layout}))
+        layout.append((name, kind, tier, CACHE_RATIO.get(tier), _pieces(kind, rows, dim, i)))
+    return evaluated_plan(f"matrix-{tier}-{data_type}", HOSTS, GPUS_PER_HOST, BATCH, fwd, bwd,
+                          tables, layout)
 
 
 def _fbgemm_available() -> bool:

@@ -10,7 +10,8 @@ from planner.presets import preset_dict
 HOSTS, GPUS_PER_HOST = 2, 2
 
 
-def _piece(rank: int, row0: int, rows: int, col0: int, cols: int) -> dict[str, int]:
+def piece(rank: int, row0: int, rows: int, col0: int, cols: int) -> dict[str, int]:
+    """One piece on `rank` (hosts of GPUS_PER_HOST ranks)."""
     return {"rank": rank, "host": rank // GPUS_PER_HOST, "row_offset": row0,
             "row_count": rows, "col_offset": col0, "col_count": cols}
 
@@ -22,9 +23,10 @@ def _table(name: str, rows: int, dim: int, pooling: float, access: dict[str, Any
             "data_type": data_type}
 
 
-def _split(rows: int, ranks: list[int], col0: int, cols: int) -> list[dict[str, int]]:
+def split_rows(rows: int, ranks: list[int], col0: int, cols: int) -> list[dict[str, int]]:
+    """The rows split evenly over `ranks`, one piece each."""
     n = len(ranks)
-    return [_piece(r, rows * i // n, rows * (i + 1) // n - rows * i // n, col0, cols)
+    return [piece(r, rows * i // n, rows * (i + 1) // n - rows * i // n, col0, cols)
             for i, r in enumerate(ranks)]
 
 
@@ -45,21 +47,21 @@ def all_types_plan(fwd: str = "fp32", bwd: str = "fp32", batch: int = 32) -> Pla
         _table("zipf_ssd", 1000, 4, 8, {"kind": "zipf", "alpha": 0.9}, "rowwise_adagrad"),
     ]
     plans = [
-        ("tw_hbm", "table_wise", "hbm", None, [_piece(0, 0, 64, 0, 8)]),
-        ("tw_fp16_ddr", "table_wise", "ddr", None, [_piece(1, 0, 48, 0, 8)]),
+        ("tw_hbm", "table_wise", "hbm", None, [piece(0, 0, 64, 0, 8)]),
+        ("tw_fp16_ddr", "table_wise", "ddr", None, [piece(1, 0, 48, 0, 8)]),
         ("cw_cache", "column_wise", "hbm_cache", 0.25,
-         [_piece(1, 0, 400, 0, 4), _piece(3, 0, 400, 4, 4)]),
-        ("rw_ddr", "row_wise", "ddr", None, _split(100, [0, 1, 2, 3], 0, 4)),
-        ("twrw_ssd", "table_row_wise", "ssd", 0.25, _split(96, [2, 3], 0, 4)),
+         [piece(1, 0, 400, 0, 4), piece(3, 0, 400, 4, 4)]),
+        ("rw_ddr", "row_wise", "ddr", None, split_rows(100, [0, 1, 2, 3], 0, 4)),
+        ("twrw_ssd", "table_row_wise", "ssd", 0.25, split_rows(96, [2, 3], 0, 4)),
         ("twcw_hbm", "table_column_wise", "hbm", None,
-         [_piece(0, 0, 40, 0, 5), _piece(1, 0, 40, 5, 3)]),
+         [piece(0, 0, 40, 0, 5), piece(1, 0, 40, 5, 3)]),
         ("grid_cache", "grid", "hbm_cache", 0.3,
-         _split(120, [0, 1], 0, 4) + _split(120, [2, 3], 4, 4)),
-        ("dp_hbm", "data_parallel", "hbm", None, [_piece(r, 0, 32, 0, 4) for r in range(4)]),
-        ("zipf_cache", "table_wise", "hbm_cache", 0.1, [_piece(2, 0, 2000, 0, 4)]),
-        ("zipf_ssd", "table_wise", "ssd", 0.1, [_piece(3, 0, 1000, 0, 4)]),
+         split_rows(120, [0, 1], 0, 4) + split_rows(120, [2, 3], 4, 4)),
+        ("dp_hbm", "data_parallel", "hbm", None, [piece(r, 0, 32, 0, 4) for r in range(4)]),
+        ("zipf_cache", "table_wise", "hbm_cache", 0.1, [piece(2, 0, 2000, 0, 4)]),
+        ("zipf_ssd", "table_wise", "ssd", 0.1, [piece(3, 0, 1000, 0, 4)]),
     ]
-    return _evaluated("executor-demo", HOSTS, GPUS_PER_HOST, batch, fwd, bwd, tables, plans)
+    return evaluated_plan("executor-demo", HOSTS, GPUS_PER_HOST, batch, fwd, bwd, tables, plans)
 
 
 def small_plan(fwd: str = "fp32", bwd: str = "fp32", batch: int = 8) -> Plan:
@@ -81,10 +83,6 @@ def small_plan(fwd: str = "fp32", bwd: str = "fp32", batch: int = 8) -> Plan:
         _table("cw_int8", 36, 8, 3, uni, "rowwise_adagrad", "int8"),
     ]
 
-    def piece(rank: int, row0: int, rows: int, col0: int, cols: int) -> dict[str, int]:
-        return {"rank": rank, "host": 0, "row_offset": row0, "row_count": rows,
-                "col_offset": col0, "col_count": cols}
-
     plans = [
         ("tw_sgd", "table_wise", "hbm", None, [piece(0, 0, 40, 0, 4)]),
         ("tw_adam", "table_wise", "hbm", None, [piece(1, 0, 30, 0, 4)]),
@@ -98,11 +96,12 @@ def small_plan(fwd: str = "fp32", bwd: str = "fp32", batch: int = 8) -> Plan:
         ("cw_int8", "column_wise", "hbm", None, [piece(0, 0, 36, 0, 4),
                                                  piece(1, 0, 36, 4, 4)]),
     ]
-    return _evaluated("executor-small", 1, 2, batch, fwd, bwd, tables, plans)
+    return evaluated_plan("executor-small", 1, 2, batch, fwd, bwd, tables, plans)
 
 
-def _evaluated(name: str, hosts: int, gpus_per_host: int, batch: int, fwd: str, bwd: str,
-               tables: list[dict[str, Any]], plans: list[tuple[Any, ...]]) -> Plan:
+def evaluated_plan(name: str, hosts: int, gpus_per_host: int, batch: int, fwd: str,
+                   bwd: str, tables: list[dict[str, Any]], plans: list[tuple[Any, ...]]
+                   ) -> Plan:
     """The plan of hand-placed `plans` (name, sharding, tier, cache ratio, pieces) of
     `tables` on h100 hosts, scored by planning.evaluate."""
     from planner.planning import evaluate  # imported on use, as the builders did

@@ -150,7 +150,7 @@ def prepare(plan: Plan, opts: RunOptions, run_dir: Path, scale_rows: float = 1.0
     warm = warmup_steps(run) if opts.warmup_steps is None else opts.warmup_steps
     lay = exec_layout(run)
     check_wire_widths(lay)
-    check_data_types(lay)
+    check_pooling_modes(lay)
     from planner.executor.fbgemm import resolve
 
     opts = RunOptions(**{**asdict(opts), "scale_rows": scale_rows, "warmup_steps": warm,
@@ -160,12 +160,9 @@ def prepare(plan: Plan, opts: RunOptions, run_dir: Path, scale_rows: float = 1.0
     return lay.world
 
 
-TRAINED_DATA_TYPES = ("fp32", "fp16", "bf16", "int8")
-
-
-def check_data_types(lay: ExecLayout) -> None:
+def check_pooling_modes(lay: ExecLayout) -> None:
     """What the executor runs, refused before any rank starts (exit 2 from the CLI)
-    otherwise: sum-pooled and sequence tables, with weights it trains (int8 rows as FBGEMM's
+    otherwise: sum-pooled and sequence tables (every data type trains; int8 rows as FBGEMM's
     training TBE stores and updates them, planner/executor/stored.py)."""
     for t in lay.tables:
         if t.pooling_mode == "mean":
@@ -173,10 +170,6 @@ def check_data_types(lay: ExecLayout) -> None:
                 f"table '{t.name}' has pooling_mode mean: planner execute runs sum-pooled "
                 f"and sequence (none) tables only; execute a copy of the plan with this "
                 f"table's pooling_mode sum (the same bytes and memory)")
-        if t.data_type.value not in TRAINED_DATA_TYPES:
-            raise ValueError(
-                f"table '{t.name}' has data_type {t.data_type.value}: planner execute "
-                f"trains {', '.join(TRAINED_DATA_TYPES)} tables only")
 
 
 def collect(run_dir: Path) -> ExecutionReport:

@@ -19,7 +19,7 @@ if not fbgemm.available():
     pytest.skip("fbgemm_gpu is not importable (pip install fbgemm-gpu-cpu matching torch)",
                 allow_module_level=True)
 
-from planner.executor.demo import _evaluated  # noqa: E402
+from planner.executor.demo import evaluated_plan  # noqa: E402
 from planner.executor.job import RunOptions  # noqa: E402
 from planner.executor.layout import exec_layout  # noqa: E402
 from planner.executor.mutants import FBGEMM_MUTANTS  # noqa: E402
@@ -67,7 +67,7 @@ def plan() -> Plan:
         ("tw_ddr", "table_wise", "ddr", None, [piece(0, 0, 20, 0, 4)]),
         ("tw_six", "table_wise", "hbm", None, [piece(1, 0, 20, 0, 6)]),
     ]
-    return _evaluated("executor-fbgemm", 1, 2, 4, "fp32", "fp32", tables, layout)
+    return evaluated_plan("executor-fbgemm", 1, 2, 4, "fp32", "fp32", tables, layout)
 
 
 def run(tmp: Path, kernels: str, mutants: tuple[str, ...] = ()) -> ExecutionReport:
