@@ -154,8 +154,7 @@ class _Table:
              step: int) -> torch.Tensor:
         """Pooled outputs of the global batch, then one update; returns the outputs."""
         self.w.grad = None
-        out = (F.embedding(ids, self.w) if self.t.sequence
-               else F.embedding_bag(ids, self.w, offsets, mode="sum"))
+        out = _pooled(self.t, self.w, ids, offsets)
         loss = 0.5 * ((out - target) ** 2).sum()
         loss.backward()
         g = self.w.grad
