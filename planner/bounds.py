@@ -7,9 +7,10 @@ So  LB = max( sum_t min_c work[t,c] / W ,  max_t min_c max_piece[t,c] ).
 The first term tightens with memory: the chosen candidates together fit the cluster's total
 HBM, DDR and SSD, so for any prices lambda >= 0 (Lagrangian relaxation of those three caps)
   sum_t work[t,c_t] >= sum_t min_c (work[t,c] + lambda . mem[t,c]) - lambda . cap,
-and every lambda gives a valid bound; we search lambda for the best one. When the step is
-pipelined (a GPU costs max(compute, comm)), the average bound is taken on compute, on
-communication and on half their sum, each a valid floor of the max.
+and every lambda gives a valid bound; the best lambda are the duals of the memory rows of
+the LP relaxation of candidate choice (planner/relaxation.py, GLOP), whose optimum this
+equals. When the step is pipelined (a GPU costs max(compute, comm)), the average bound is
+taken on compute, on communication and on half their sum, each a valid floor of the max.
 Both combine into one bound that is much tighter when there are few tables per GPU: if the
 best plan's slowest GPU is M, every chosen candidate has its largest piece <= M, so
   S(M) = sum_t min{ work[t,c] + lambda . mem[t,c] : max_piece[t,c] <= M } - lambda . cap <= W*M.
@@ -30,6 +31,12 @@ import numpy as np
 from cost_models import step_fixed
 from planner.candidates import Candidate
 from planner.problem import Problem
+from planner.relaxation import (
+    candidate_matrix,
+    cluster_caps,
+    memory_matrix,
+    solve_relaxation,
+)
 
 
 @dataclass(frozen=True)
@@ -48,53 +55,22 @@ class LowerBound:
         return replace(self, value_s=max(self.value_s, solver_s), solver_s=solver_s)
 
 
-def _matrix(cands: list[list[Candidate]], attr: str) -> np.ndarray:
-    width = max(len(c) for c in cands)
-    out = np.full((len(cands), width), np.inf)
-    for i, cs in enumerate(cands):
-        out[i, : len(cs)] = [getattr(c, attr) for c in cs]
-    return out
-
-
-def _memory(cands: list[list[Candidate]]) -> np.ndarray:
-    width = max(len(c) for c in cands)
-    out = np.zeros((len(cands), width, 3))
-    for i, cs in enumerate(cands):
-        out[i, : len(cs)] = [(c.hbm_total, c.ddr_total, c.ssd_total) for c in cs]
-    return out
-
-
 def _dual(work: np.ndarray, mem: np.ndarray, caps: np.ndarray, lam: np.ndarray) -> float:
     priced = work + mem @ lam
     return float(priced.min(axis=1).sum() - caps @ lam)
 
 
-def lagrangian_bound(
-    work: np.ndarray, mem: np.ndarray, caps: np.ndarray, rounds: int = 3
-) -> tuple[float, np.ndarray]:
-    """max over lambda >= 0 of the Lagrangian dual, by coordinate search on a log grid.
-
-    Any lambda the search visits gives a valid bound, so stopping early only loosens it.
-    """
-    lam = np.zeros(3)
-    best = _dual(work, mem, caps, lam)
-    base_work = float(work.min(axis=1).sum())
-    for _ in range(rounds):
-        improved = False
-        for k in range(3):
-            if caps[k] <= 0 or not np.isfinite(caps[k]):
-                continue
-            scale = base_work / caps[k]
-            center = lam[k] if lam[k] > 0 else scale
-            for factor in np.geomspace(1e-3, 1e3, 37):
-                trial = lam.copy()
-                trial[k] = center * factor
-                value = _dual(work, mem, caps, trial)
-                if value > best * (1 + 1e-12):
-                    best, lam, improved = value, trial, True
-        if not improved:
-            break
-    return best, lam
+def lagrangian_bound(work: np.ndarray, mem: np.ndarray, caps: np.ndarray
+                     ) -> tuple[float, np.ndarray]:
+    """max over lambda >= 0 of the Lagrangian dual: lambda the duals of the memory rows of the
+    LP relaxation (planner/relaxation.py), whose optimum the dual's equals. The value is the
+    dual function at that lambda, recomputed here: any lambda >= 0 gives a valid bound, so a
+    solver's inexact duals only loosen it. lambda = 0 (no memory prices) when GLOP fails."""
+    relaxed = solve_relaxation(work, mem, caps)
+    lam = np.zeros(3) if relaxed is None else relaxed.prices
+    value = _dual(work, mem, caps, lam)
+    plain = _dual(work, mem, caps, np.zeros(3))
+    return (value, lam) if value > plain else (plain, np.zeros(3))
 
 
 def balanced_bound(work: np.ndarray, maxp: np.ndarray, mem: np.ndarray, caps: np.ndarray,
@@ -135,15 +111,15 @@ def _work_bounds(cands: list[list[Candidate]], caps: np.ndarray, gpus: int,
     """(plain average, memory-priced average, balanced, prices) of `cands` on `gpus` GPUs
     holding `caps` of HBM, DDR and SSD: every bound of the module docstring but the largest
     piece."""
-    mem = _memory(cands)
-    maxp = _matrix(cands, "max_piece")
+    mem = memory_matrix(cands)
+    maxp = candidate_matrix(cands, "max_piece")
     if pipelined:
         parts = [("comp_work", 1.0), ("comm_work", 1.0), ("work", 2.0)]
     else:
         parts = [("work", 1.0)]
     plain, priced, balanced, prices = 0.0, 0.0, 0.0, np.zeros(3)
     for attr, divisor in parts:
-        work = _matrix(cands, attr)
+        work = candidate_matrix(cands, attr)
         plain = max(plain, float(work.min(axis=1).sum()) / (gpus * divisor))
         value, lam = lagrangian_bound(work, mem, caps)
         if value / (gpus * divisor) > priced:
@@ -171,7 +147,7 @@ def pinned_bound(problem: Problem, cands: list[list[Candidate]]) -> float:
         return 0.0
     pipelined = problem.model.pipelined
     parts = ("comp_work", "comm_work", "work") if pipelined else ("work",)
-    floors = {a: _matrix(cands, a).min(axis=1) for a in parts}
+    floors = {a: candidate_matrix(cands, a).min(axis=1) for a in parts}
 
     def plain(idx: list[int], gpus: int) -> float:
         out = [float(floors[a][idx].sum()) / gpus for a in parts]
@@ -196,8 +172,8 @@ def pinned_bound(problem: Problem, cands: list[list[Candidate]]) -> float:
 def lower_bound(problem: Problem, cands: list[list[Candidate]]) -> LowerBound:
     hw = problem.hw
     w = hw.world_size
-    largest = float(_matrix(cands, "max_piece").min(axis=1).max())
-    caps = np.array([w * hw.hbm_cap, hw.hosts * hw.ddr_cap, hw.hosts * hw.ssd_cap], dtype=float)
+    largest = float(candidate_matrix(cands, "max_piece").min(axis=1).max())
+    caps = cluster_caps(hw)
     plain, priced, balanced, prices = _work_bounds(cands, caps, w, problem.model.pipelined)
     pinned = pinned_bound(problem, cands)
     if not problem.model.pipelined:

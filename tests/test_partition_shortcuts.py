@@ -11,7 +11,7 @@ import planner.partition.greedy as greedy_mod
 from planner.bounds import lower_bound
 from planner.partition.greedy import greedy
 from planner.partition.local_search import LocalSearch, local_search
-from planner.partition.lp_start import lp_start, priced_choice
+from planner.partition.lp_start import lp_start, relaxed_choices
 from planner.planning import build_problem, candidates_for, resolve
 from planner.presets import fixture_text
 
@@ -57,9 +57,10 @@ def test_greedy_bound_changes_nothing(monkeypatch, name, hosts, pipelined, pins)
 def test_move_screen_changes_nothing(monkeypatch, name, hosts, pipelined, pins) -> None:
     problem, cands, bound = _setup(name, hosts, pipelined, pins)
     starts = [greedy(problem, cands, bound.prices)]
-    start = lp_start(problem, cands, priced_choice(cands, bound.prices, bound.value_s))
-    if start is not None:
-        starts.append(start)
+    for fill, choice in relaxed_choices(problem, cands, bound.value_s):
+        start = lp_start(problem, cands, choice, fill=fill)
+        if start is not None:
+            starts.append(start)
     for a in starts:
         fast = local_search(problem, cands, _copy(a), 2000)
         monkeypatch.setattr(LocalSearch, "_move_screen",

@@ -103,8 +103,9 @@ class LocalSearch:
         notes = [*self.assignment.notes,
                  f"local search: {st.moves} moves, {st.swaps} swaps, {st.reshards} re-shards"
                  + (f", {st.pulls} pulls" if st.pulls else "")]
-        return Assignment(choices=self.choices, solver="greedy+local_search", status=status,
-                          notes=notes)
+        start = self.assignment.solver
+        solver = start if start.endswith("+local_search") else f"{start}+local_search"
+        return Assignment(choices=self.choices, solver=solver, status=status, notes=notes)
 
     def _verified(self, step: Callable[[int, float], list[tuple[int, int]]], s: int,
                   load: np.ndarray, limit: float) -> bool:

@@ -1,11 +1,11 @@
-"""A start built from the relaxation's candidate choices, with replicas placed first.
+"""A start built from the LP relaxation's candidate choices, with replicas placed first.
 
-The LP relaxation of candidate choice (x[t,c] >= 0, sum_c x = 1; T at least the average
-load, each chosen piece, and the memory caps summed over the cluster) was solved with GLOP on
-400- to 1,000-table sets: its choices equal, table for table, the Lagrangian relaxation's
-(argmin over c of work + lambda . memory at the bound's prices). `priced_choice` gets them
-from the bound's prices in O(candidates), without the LP (GLOP took 18 s to build and solve at
-10,000 tables).
+The relaxation (planner/relaxation.py) chooses candidates against the cluster's memory
+summed over GPUs and hosts; where memory binds, its choice fills HBM and DDR to the byte and
+rarely packs into per-GPU and per-host caps. So the choice is taken at several fills of the
+caps, fullest first (RELAXATION_FILLS): zionex_12t on 4 h100 hosts, where the relaxation
+fills HBM and DDR, gives no plan at 1.0 and 97.0 ms at 0.97 after local search (bound
+93.6 ms; the greedy's plan was 232.4 ms).
 
 The start: each table takes its chosen candidate; data-parallel and other world-scope tables
 go first, since they need room on every GPU; then the rest largest first, each onto the least
@@ -16,30 +16,43 @@ when its choice does not fit.
 import itertools
 from collections.abc import Iterator
 
-import numpy as np
-
 from planner.candidates import Candidate, Scope
 from planner.partition.assignment import Assignment, TableChoice
 from planner.partition.greedy import allowed_mask
 from planner.partition.state import LoadState
 from planner.problem import Problem
+from planner.relaxation import (
+    candidate_matrix,
+    cluster_caps,
+    memory_matrix,
+    solve_relaxation,
+)
+
+# Shares of the cluster's HBM, DDR and SSD the relaxation may fill, fullest first.
+RELAXATION_FILLS = (1.0, 0.97, 0.93, 0.88)
 
 
-def priced_choice(cands: list[list[Candidate]], prices: tuple[float, float, float],
-                  max_piece_s: float) -> list[int]:
-    """Per table, the candidate with the least work + prices . (HBM, DDR, SSD bytes) among
-    those whose largest piece is at most `max_piece_s` (the bound: no plan under it can hold
-    a larger piece, as the LP's T >= max_piece * x says); the smallest piece where none is."""
-    lam = np.asarray(prices, dtype=np.float64)
-    out = []
-    for cs in cands:
-        mem = np.array([(c.hbm_total, c.ddr_total, c.ssd_total) for c in cs], dtype=np.float64)
-        score = np.array([c.work for c in cs]) + mem @ lam
-        piece = np.array([c.max_piece for c in cs])
-        ok = piece <= max_piece_s
-        out.append(int(np.argmin(np.where(ok, score, np.inf))) if ok.any()
-                   else int(np.argmin(piece)))
-    return out
+def relaxed_choices(problem: Problem, cands: list[list[Candidate]], max_piece_s: float
+                    ) -> Iterator[tuple[float, list[int]]]:
+    """(fill, per table the candidate index) of the relaxation at each of RELAXATION_FILLS,
+    over the candidates whose largest piece is at most `max_piece_s` (a table with none keeps
+    its smallest piece). Stops once memory no longer binds: a smaller fill then gives the
+    same choice."""
+    work = candidate_matrix(cands, "work")
+    maxp = candidate_matrix(cands, "max_piece")
+    usable = maxp <= max_piece_s
+    usable[~usable.any(axis=1), :] = False
+    none = ~usable.any(axis=1)
+    usable[none, maxp[none].argmin(axis=1)] = True
+    mem = memory_matrix(cands)
+    caps = cluster_caps(problem.hw)
+    for fill in RELAXATION_FILLS:
+        relaxed = solve_relaxation(work, mem, caps * fill, usable)
+        if relaxed is None:
+            return
+        yield fill, [int(i) for i in relaxed.choice]
+        if not relaxed.prices.any():
+            return
 
 
 def _by_work(cs: list[Candidate], picked: Candidate) -> Iterator[Candidate]:
@@ -48,7 +61,8 @@ def _by_work(cs: list[Candidate], picked: Candidate) -> Iterator[Candidate]:
 
 
 def lp_start(problem: Problem, cands: list[list[Candidate]], choice: list[int],
-             owner_side: bool = False, spread_hosts: bool = False) -> Assignment | None:
+             owner_side: bool = False, spread_hosts: bool = False, fill: float = 1.0
+             ) -> Assignment | None:
     """Place each table's chosen candidate (`choice[t]` indexes cands[t]), world-scope
     (data-parallel, row-wise) tables first; a table whose choice no longer fits takes its
     next candidate by work. None if one fits nowhere."""
@@ -82,6 +96,6 @@ def lp_start(problem: Problem, cands: list[list[Candidate]], choice: list[int],
         if choices[t] is None:
             return None
     kept = sum(ch is not None and ch.cand is p for ch, p in zip(choices, picked, strict=True))
-    note = (f"priced start: {kept} of {len(cands)} tables on the relaxation's choice, "
-            "replicas placed first")
+    note = (f"priced start: {kept} of {len(cands)} tables on the relaxation's choice at "
+            f"{fill:.0%} of the cluster's memory, replicas placed first")
     return Assignment([c for c in choices if c is not None], "lp+lpt", "feasible", [note])

@@ -1,0 +1,87 @@
+"""The LP relaxation of candidate choice (planner/relaxation.py): its bound equals an LP
+solved by another solver with other arithmetic (SciPy's HiGHS on the flat candidate list),
+no memory price found by a grid beats its prices, and where memory binds its choices give
+a start that fits and beats the memory-blind greedy."""
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from scipy.optimize import linprog
+
+from planner.bounds import _dual, lagrangian_bound, lower_bound
+from planner.partition.cpsat import makespan
+from planner.partition.greedy import greedy
+from planner.partition.lp_start import lp_start, relaxed_choices
+from planner.planning import build_problem, candidates_for, resolve
+from planner.presets import preset_dict
+from planner.relaxation import candidate_matrix, cluster_caps, memory_matrix
+
+
+def _tight(model: str, hosts: int, hbm: str, ddr: str) -> dict:
+    """An h100 cluster with less HBM and DDR, so that memory binds."""
+    hw = preset_dict("h100")
+    hw["hosts"] = hosts
+    hw["gpu"].update(hbm_capacity_bytes=hbm, hbm_reserved_bytes="1GiB")
+    hw["host"].update(ddr_capacity_bytes=ddr, ddr_reserved_bytes="1GiB")
+    return {"model": model, "hardware": hw}
+
+
+CASES = [_tight("hugectr_200", 1, "16GiB", "64GiB"), _tight("criteo_dcnv2", 1, "16GiB", "64GiB"),
+         {"model": "hugectr_510", "hardware": {"preset": "h100", "hosts": 2}}]
+
+
+def _setup(request: dict):
+    problem = build_problem(resolve(request))
+    cands, _ = candidates_for(problem)
+    return problem, cands
+
+
+def _highs(cands, caps: np.ndarray) -> float:
+    """The same LP over a flat list of every candidate, by HiGHS."""
+    flat = [(t, c) for t, cs in enumerate(cands) for c in cs]
+    cost = np.array([c.work for _, c in flat])
+    table = sp.csr_matrix((np.ones(len(flat)), ([t for t, _ in flat], range(len(flat)))))
+    memory = np.array([[c.hbm_total, c.ddr_total, c.ssd_total] for _, c in flat]).T / 1e9
+    res = linprog(cost, A_ub=memory, b_ub=caps / 1e9, A_eq=table, b_eq=np.ones(len(cands)),
+                  bounds=(0, None), method="highs")
+    assert res.status == 0
+    return float(res.fun)
+
+
+@pytest.mark.parametrize("request_", CASES, ids=lambda r: str(r["model"]))
+def test_lp_bound_is_the_lp_optimum(request_) -> None:
+    problem, cands = _setup(request_)
+    work, mem = candidate_matrix(cands, "work"), memory_matrix(cands)
+    caps = cluster_caps(problem.hw)
+    value, prices = lagrangian_bound(work, mem, caps)
+    assert value == pytest.approx(_highs(cands, caps), rel=1e-6)
+    # No price on a grid around GLOP's does better: the dual is at its maximum.
+    for k in range(3):
+        for factor in (0.0, 0.5, 0.9, 1.1, 2.0):
+            trial = prices.copy()
+            trial[k] = trial[k] * factor if prices[k] > 0 else 1e-13 * factor
+            assert _dual(work, mem, caps, trial) <= value * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("request_", CASES[:2], ids=lambda r: str(r["model"]))
+def test_memory_binds_and_prices_tighten_the_bound(request_) -> None:
+    problem, cands = _setup(request_)
+    bound = lower_bound(problem, cands)
+    assert bound.memory_priced and any(p > 0 for p in bound.prices)
+    plain = float(candidate_matrix(cands, "work").min(axis=1).sum()) / problem.hw.world_size
+    assert bound.average_s > plain * 1.05
+
+
+def test_relaxed_start_fits_where_memory_binds() -> None:
+    """zionex-like pressure on hugectr_200: the relaxation's choice at some fill is placed
+    whole, fits every cap (the state refuses what does not), and starts below the greedy."""
+    problem, cands = _setup(CASES[0])
+    bound = lower_bound(problem, cands)
+    starts = []
+    for fill, choice in relaxed_choices(problem, cands, bound.value_s):
+        start = lp_start(problem, cands, choice, fill=fill)
+        if start is not None:
+            starts.append((fill, makespan(problem, start.choices)))
+    assert starts and min(f for f, _ in starts) < 1.0
+    assert min(s for _, s in starts) < makespan(problem, greedy(problem, cands,
+                                                                bound.prices).choices)
