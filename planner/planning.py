@@ -184,29 +184,25 @@ def _decisions(problem: Problem, slow: bool, bound: LowerBound, a: Assignment) -
 def _priced_start(problem: Problem, cands: list[list[Candidate]], bound: LowerBound,
                   steps: int, best: Assignment | None, spread: bool) -> Assignment | None:
     """The LP relaxation's choices, replicas placed first (partition/lp_start.py), with and
-    without the owner side in view, at the fullest fill of the cluster's memory whose choice
-    places every table as chosen (fuller fills leave less work, when they pack); kept where
-    it beats `best`. On many-host models whose small tables want to be data-parallel it is
-    the better start by far (a 400-table set on 4 hosts: 145.1 -> 126.4 ms, bound 123.5),
-    since the greedy places them last, when some GPU's HBM is already full; where memory
-    binds, by more (zionex_12t on 4 h100 hosts: 232.4 -> 97.0 ms)."""
+    without the owner side in view, at each fill of the cluster's memory while memory binds
+    (a fuller fill leaves less work but packs worse, and which wins varies: zionex_12t x 4
+    h100 hosts is best at 97%, x 16 at 88%); kept where it beats `best`. On many-host models
+    whose small tables want to be data-parallel it is the better start by far (a 400-table
+    set on 4 hosts: 145.1 -> 126.4 ms, bound 123.5), since the greedy places them last, when
+    some GPU's HBM is already full; where memory binds, by more (zionex_12t x 4: 232.4 ->
+    97.0 ms)."""
     best_s = makespan(problem, best.choices) if best is not None else float("inf")
     for fill, choice in relaxed_choices(problem, cands, bound.value_s):
-        whole = False
         for owner in (False, True) if problem.hw.hosts > 1 else (False,):
             start = lp_start(problem, cands, choice, owner_side=owner, spread_hosts=spread,
                              fill=fill)
             if start is None:
                 continue
-            whole = whole or all(ch.cand is cands[ch.cand.table][i]
-                                 for ch, i in zip(start.choices, choice, strict=True))
             other = local_search(problem, cands, start, steps)
             other_s = makespan(problem, other.choices)
             if other_s < best_s * (1 - 1e-9):
                 other.notes.append("kept the plan grown from the relaxation's choices")
                 best, best_s = other, other_s
-        if whole:
-            break
     return best
 
 
