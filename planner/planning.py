@@ -58,8 +58,17 @@ PROVEN_TOL = 1e-4
 # proved in benchmarks/results/solvers.md came from a model under 6,000 variables; at
 # hugectr_200 x 16 GPUs (20,000) it spent 8 s and changed nothing (vs_torchrec).
 AUTO_MAX_VARS = 10_000
-# Up to this many hosts the flat exact model; above it the hierarchical one (see _solve).
+# Up to this many hosts the flat exact model; above it the hierarchical one (see _solve),
+# unless the flat model has at most _FLAT_ANY_HOSTS_VARS variables: deeprecsys_rm3 on 4 h100
+# hosts (390) is proven optimal by it at 0.5917 ms, where the hierarchical bound was 0.5341.
 _FLAT_MAX_HOSTS = 2
+_FLAT_ANY_HOSTS_VARS = 2_000
+
+
+def _flat(problem: Problem, cands: list[list[Candidate]]) -> bool:
+    """Whether CP-SAT runs the flat exact model (else the hierarchical one)."""
+    return (problem.hw.hosts <= _FLAT_MAX_HOSTS
+            or exact_model_size(problem, cands) <= _FLAT_ANY_HOSTS_VARS)
 
 
 def _steps(cands: list[list[Candidate]]) -> int:
@@ -373,8 +382,7 @@ def plan(request: PlanRequest | ResolvedRequest | dict[str, Any],
                       _decisions(problem, slow, bound, assignment), det, history,
                       certificate=certificate_of(
                           bound, problem, candidates="all-tiers" if slow else "planner",
-                          model="exact" if problem.hw.hosts <= _FLAT_MAX_HOSTS
-                          else "hierarchical"))
+                          model="exact" if _flat(problem, cands) else "hierarchical"))
 
 
 def _solve(problem: Problem, cands: list[list[Candidate]], bound: LowerBound,
@@ -383,7 +391,8 @@ def _solve(problem: Problem, cands: list[list[Candidate]], bound: LowerBound,
     """CP-SAT after the heuristic, as the options ask: `greedy` never, `ilp` always, `auto`
     unless the heuristic plan is already within AUTO_GAP of the bound or the model would pass
     AUTO_MAX_VARS. Which CP-SAT mode (measured in benchmarks/results/solvers.md):
-    - one or two hosts: the exact model when it is small enough, else the re-pack;
+    - one or two hosts, or an exact model of at most _FLAT_ANY_HOSTS_VARS variables: the
+      exact model when it is small enough, else the re-pack;
     - several hosts: the hierarchical model (hosts, then GPUs) when its host level is small
       enough, which proved what the flat model could not on 16 hosts and gives the tighter
       bound, then the re-pack with the rest of the budget;
@@ -395,7 +404,7 @@ def _solve(problem: Problem, cands: list[list[Candidate]], bound: LowerBound,
     if opts.solver == "auto" and gap <= AUTO_GAP:
         start.notes.append(f"heuristic plan within {AUTO_GAP:.1%} of the bound: CP-SAT skipped")
         return None
-    flat = problem.hw.hosts <= _FLAT_MAX_HOSTS
+    flat = _flat(problem, cands)
     size = exact_model_size(problem, cands) if flat else host_model_size(problem, cands)
     if opts.solver == "auto" and size > AUTO_MAX_VARS:
         start.notes.append(f"CP-SAT model would have {size:,} variables (auto's limit "
