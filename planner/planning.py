@@ -29,7 +29,7 @@ from planner.partition.cpsat import (
 from planner.partition.greedy import greedy
 from planner.partition.hierarchical import host_model_size, solve_hierarchical
 from planner.partition.local_search import local_search
-from planner.partition.lp_start import lp_start, relaxed_choices
+from planner.partition.lp_start import PIECE_SHARES, RELAXATION_FILLS, Relaxer, lp_start
 from planner.piece_layout import PieceLayout, piece_layout
 from planner.plan_build import build_plan, certificate_of
 from planner.plan_model import Plan as Plan
@@ -193,25 +193,47 @@ def _decisions(problem: Problem, slow: bool, bound: LowerBound, a: Assignment) -
 def _priced_start(problem: Problem, cands: list[list[Candidate]], bound: LowerBound,
                   steps: int, best: Assignment | None, spread: bool) -> Assignment | None:
     """The LP relaxation's choices, replicas placed first (partition/lp_start.py), with and
-    without the owner side in view, at each fill of the cluster's memory while memory binds
-    (a fuller fill leaves less work but packs worse, and which wins varies: zionex_12t x 4
-    h100 hosts is best at 97%, x 16 at 88%); kept where it beats `best`. On many-host models
-    whose small tables want to be data-parallel it is the better start by far (a 400-table
-    set on 4 hosts: 145.1 -> 126.4 ms, bound 123.5), since the greedy places them last, when
-    some GPU's HBM is already full; where memory binds, by more (zionex_12t x 4: 232.4 ->
-    97.0 ms)."""
+    without the owner side in view; kept where one beats `best`. Tried: each fill of the
+    cluster's memory while memory binds (a fuller fill leaves less work but packs worse, and
+    which wins varies: zionex_12t x 4 h100 hosts is best at 97%, x 16 at 88%); then, on
+    several hosts, smaller largest pieces (PIECE_SHARES of the bound) at the fill that did
+    best. On many-host models whose small tables want to be data-parallel it is the better
+    start by far (a 400-table set on 4 hosts: 145.1 -> 126.4 ms, bound 123.5), since the
+    greedy places them last, when some GPU's HBM is already full; where memory binds, by
+    more (zionex_12t x 4: 232.4 -> 97.0 ms)."""
     best_s = makespan(problem, best.choices) if best is not None else float("inf")
-    for fill, choice in relaxed_choices(problem, cands, bound.value_s):
+    relaxer = Relaxer(problem, cands)
+    tried: set[tuple[int, ...]] = set()
+    best_fill = RELAXATION_FILLS[0]
+
+    def attempt(choice: list[int], fill: float, share: float = 1.0) -> None:
+        nonlocal best, best_s, best_fill
+        if tuple(choice) in tried:
+            return
+        tried.add(tuple(choice))
         for owner in (False, True) if problem.hw.hosts > 1 else (False,):
             start = lp_start(problem, cands, choice, owner_side=owner, spread_hosts=spread,
-                             fill=fill)
+                             fill=fill, piece_share=share)
             if start is None:
                 continue
             other = local_search(problem, cands, start, steps)
             other_s = makespan(problem, other.choices)
             if other_s < best_s * (1 - 1e-9):
                 other.notes.append("kept the plan grown from the relaxation's choices")
-                best, best_s = other, other_s
+                best, best_s, best_fill = other, other_s, fill
+
+    for fill in RELAXATION_FILLS:
+        relaxed = relaxer.choose(bound.value_s, fill)
+        if relaxed is None:
+            break
+        attempt(relaxed.choice, fill)
+        if not relaxed.binds:
+            break
+    if problem.hw.hosts > 1:
+        for share in PIECE_SHARES[1:]:
+            relaxed = relaxer.choose(bound.value_s * share, best_fill)
+            if relaxed is not None:
+                attempt(relaxed.choice, best_fill, share)
     return best
 
 

@@ -15,6 +15,7 @@ when its choice does not fit.
 
 import itertools
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 from planner.candidates import Candidate, Scope
 from planner.partition.assignment import Assignment, TableChoice
@@ -30,28 +31,55 @@ from planner.relaxation import (
 
 # Shares of the cluster's HBM, DDR and SSD the relaxation may fill, fullest first.
 RELAXATION_FILLS = (1.0, 0.97, 0.93, 0.88, 0.8)
+# On several hosts, the largest piece the relaxation may choose, as shares of the bound. The
+# relaxation prices work only, and whole tables carry the least; but a GPU holding one large
+# compute-heavy piece sends few pooled vectors and waits on the owner side of the
+# all-to-alls, which smaller pieces let the placement mix away (hugectr_200 x 4 h100 hosts:
+# 35.36 ms with pieces up to the bound, 32.51 with pieces up to 0.6 of it; hugectr_510 x 4
+# 47.74 -> 45.69 at 0.35).
+PIECE_SHARES = (1.0, 0.6, 0.45, 0.35, 0.25)
+
+
+@dataclass(frozen=True)
+class RelaxedChoice:
+    choice: list[int]  # per table, the index of its candidate
+    binds: bool  # memory binds: the relaxation priced some memory
+
+
+class Relaxer:
+    """The relaxation's rounded choice under a limit on the largest piece and a fill of the
+    cluster's memory; the candidate matrices built once."""
+
+    def __init__(self, problem: Problem, cands: list[list[Candidate]]) -> None:
+        self.work = candidate_matrix(cands, "work")
+        self.maxp = candidate_matrix(cands, "max_piece")
+        self.mem = memory_matrix(cands)
+        self.caps = cluster_caps(problem.hw)
+
+    def choose(self, max_piece_s: float, fill: float) -> RelaxedChoice | None:
+        """Over the candidates whose largest piece is at most `max_piece_s` (a table with
+        none keeps its smallest piece), the caps times `fill`; None when nothing fits."""
+        usable = self.maxp <= max_piece_s
+        none = ~usable.any(axis=1)
+        usable[none, self.maxp[none].argmin(axis=1)] = True
+        relaxed = solve_relaxation(self.work, self.mem, self.caps * fill, usable)
+        if relaxed is None:
+            return None
+        return RelaxedChoice([int(i) for i in relaxed.choice], bool(relaxed.prices.any()))
 
 
 def relaxed_choices(problem: Problem, cands: list[list[Candidate]], max_piece_s: float
                     ) -> Iterator[tuple[float, list[int]]]:
-    """(fill, per table the candidate index) of the relaxation at each of RELAXATION_FILLS,
-    over the candidates whose largest piece is at most `max_piece_s` (a table with none keeps
-    its smallest piece). Stops once memory no longer binds: a smaller fill then gives the
-    same choice."""
-    work = candidate_matrix(cands, "work")
-    maxp = candidate_matrix(cands, "max_piece")
-    usable = maxp <= max_piece_s
-    usable[~usable.any(axis=1), :] = False
-    none = ~usable.any(axis=1)
-    usable[none, maxp[none].argmin(axis=1)] = True
-    mem = memory_matrix(cands)
-    caps = cluster_caps(problem.hw)
+    """(fill, choice) of the relaxation at each of RELAXATION_FILLS, pieces up to
+    `max_piece_s`. Stops once memory no longer binds: a smaller fill then gives the same
+    choice."""
+    relaxer = Relaxer(problem, cands)
     for fill in RELAXATION_FILLS:
-        relaxed = solve_relaxation(work, mem, caps * fill, usable)
+        relaxed = relaxer.choose(max_piece_s, fill)
         if relaxed is None:
             return
-        yield fill, [int(i) for i in relaxed.choice]
-        if not relaxed.prices.any():
+        yield fill, relaxed.choice
+        if not relaxed.binds:
             return
 
 
@@ -61,8 +89,8 @@ def _by_work(cs: list[Candidate], picked: Candidate) -> Iterator[Candidate]:
 
 
 def lp_start(problem: Problem, cands: list[list[Candidate]], choice: list[int],
-             owner_side: bool = False, spread_hosts: bool = False, fill: float = 1.0
-             ) -> Assignment | None:
+             owner_side: bool = False, spread_hosts: bool = False, fill: float = 1.0,
+             piece_share: float = 1.0) -> Assignment | None:
     """Place each table's chosen candidate (`choice[t]` indexes cands[t]), world-scope
     (data-parallel, row-wise) tables first; a table whose choice no longer fits takes its
     next candidate by work. None if one fits nowhere."""
@@ -96,6 +124,7 @@ def lp_start(problem: Problem, cands: list[list[Candidate]], choice: list[int],
         if choices[t] is None:
             return None
     kept = sum(ch is not None and ch.cand is p for ch, p in zip(choices, picked, strict=True))
+    pieces = f", pieces up to {piece_share:.0%} of the bound" if piece_share < 1 else ""
     note = (f"priced start: {kept} of {len(cands)} tables on the relaxation's choice at "
-            f"{fill:.0%} of the cluster's memory, replicas placed first")
+            f"{fill:.0%} of the cluster's memory{pieces}, replicas placed first")
     return Assignment([c for c in choices if c is not None], "lp+lpt", "feasible", [note])
