@@ -191,11 +191,11 @@ def _decisions(problem: Problem, slow: bool, bound: LowerBound, a: Assignment) -
     return out
 
 
-# The priced start tries smaller pieces only for a plan more than this above the bound (issue
-# 13's 90th-percentile target): each share costs a relaxation, a placement and a local search
-# (synthetic_1000 x 16 hosts, 1-2% above: 1 s more, no gain; every case they improved was
-# 5% or more above).
-_SHARES_MIN_GAP = 0.03
+# Smaller pieces are tried only for a plan more than this above the bound: each share costs
+# a relaxation, a placement and a local search, and every case they improved was over 5%
+# above (hugectr_510 x 2 hosts 7.9%, mixed_2000 x 32 8.8%, synthetic_1000 x 128 15.4%); at
+# 3.4% (synthetic_10000 x 128 hosts) they took 8 s and found nothing.
+_SHARES_MIN_GAP = 0.05
 
 
 def _waits(problem: Problem, a: Assignment, bound: LowerBound) -> bool:
@@ -209,51 +209,71 @@ def _waits(problem: Problem, a: Assignment, bound: LowerBound) -> bool:
 
 
 def _priced_start(problem: Problem, cands: list[list[Candidate]], bound: LowerBound,
-                  steps: int, best: Assignment | None, spread: bool) -> Assignment | None:
+                  steps: int, best: Assignment | None, spread: bool
+                  ) -> tuple[Assignment | None, float]:
     """The LP relaxation's choices, replicas placed first (partition/lp_start.py), with and
-    without the owner side in view; kept where one beats `best`. Tried: each fill of the
-    cluster's memory while memory binds (a fuller fill leaves less work but packs worse, and
-    which wins varies: zionex_12t x 4 h100 hosts is best at 97%, x 16 at 88%); then, on
-    several hosts, when the best plan's slowest GPU waits on the owner side and is over
-    _SHARES_MIN_GAP above the bound, smaller largest pieces (PIECE_SHARES of the bound) at the fill
-    that did best. On many-host models whose small tables want to be data-parallel it is the better
-    start by far (a 400-table set on 4 hosts: 145.1 -> 126.4 ms, bound 123.5), since the
-    greedy places them last, when some GPU's HBM is already full; where memory binds, by
-    more (zionex_12t x 4: 232.4 -> 97.0 ms)."""
-    best_s = makespan(problem, best.choices) if best is not None else float("inf")
+    without the owner side in view, at each fill of the cluster's memory while memory binds
+    (a fuller fill leaves less work but packs worse, and which wins varies: zionex_12t x 4
+    h100 hosts is best at 97%, x 16 at 88%); kept where one beats `best`. Returns the best
+    plan and the fill it grew from (the first fill when `best` stood). On many-host models
+    whose small tables want to be data-parallel it is the better start by far (a 400-table
+    set on 4 hosts: 145.1 -> 126.4 ms, bound 123.5), since the greedy places them last, when
+    some GPU's HBM is already full; where memory binds, by more (zionex_12t x 4: 232.4 ->
+    97.0 ms)."""
     relaxer = Relaxer(problem, cands)
-    tried: set[tuple[int, ...]] = set()
     best_fill = RELAXATION_FILLS[0]
-
-    def attempt(choice: list[int], fill: float, share: float = 1.0,
-                owners: tuple[bool, ...] = (False, True)) -> None:
-        nonlocal best, best_s, best_fill
-        if tuple(choice) in tried:
-            return
-        tried.add(tuple(choice))
-        for owner in owners if problem.hw.hosts > 1 else (False,):
-            start = lp_start(problem, cands, choice, owner_side=owner, spread_hosts=spread,
-                             fill=fill, piece_share=share)
-            if start is None:
-                continue
-            other = local_search(problem, cands, start, steps)
-            other_s = makespan(problem, other.choices)
-            if other_s < best_s * (1 - 1e-9):
-                other.notes.append("kept the plan grown from the relaxation's choices")
-                best, best_s, best_fill = other, other_s, fill
-
     for fill in RELAXATION_FILLS:
         relaxed = relaxer.choose(bound.value_s, fill)
         if relaxed is None:
             break
-        attempt(relaxed.choice, fill)
+        other = _grown(problem, cands, relaxed.choice, steps, best, spread, (False, True),
+                       fill=fill)
+        if other is not best:
+            best, best_fill = other, fill
         if not relaxed.binds:
             break
-    if best is not None and problem.hw.hosts > 1 and _waits(problem, best, bound):
-        for share in PIECE_SHARES[1:]:
-            relaxed = relaxer.choose(bound.value_s * share, best_fill)
-            if relaxed is not None:
-                attempt(relaxed.choice, best_fill, share, owners=(True,))
+    return best, best_fill
+
+
+def _grown(problem: Problem, cands: list[list[Candidate]], choice: list[int], steps: int,
+           best: Assignment | None, spread: bool, owners: tuple[bool, ...], fill: float,
+           share: float = 1.0) -> Assignment | None:
+    """`choice` placed (lp_start) and improved (local_search), once per owner-side setting;
+    the best of those and `best`."""
+    best_s = makespan(problem, best.choices) if best is not None else float("inf")
+    for owner in owners if problem.hw.hosts > 1 else (False,):
+        start = lp_start(problem, cands, choice, owner_side=owner, spread_hosts=spread,
+                         fill=fill, piece_share=share)
+        if start is None:
+            continue
+        other = local_search(problem, cands, start, steps)
+        other_s = makespan(problem, other.choices)
+        if other_s < best_s * (1 - 1e-9):
+            other.notes.append("kept the plan grown from the relaxation's choices")
+            best, best_s = other, other_s
+    return best
+
+
+def _smaller_pieces(problem: Problem, cands: list[list[Candidate]], bound: LowerBound,
+                    best: Assignment, spread: bool, fill: float) -> Assignment:
+    """On several hosts, when the best plan's slowest GPU waits on the owner side and is
+    over _SHARES_MIN_GAP above the bound: the relaxation with the largest piece capped at
+    PIECE_SHARES of the bound, at the fill and host-spreading the best plan grew with, placed
+    owner-aware; kept where one beats `best`. Run once per plan, after both spreadings."""
+    if problem.hw.hosts < 2 or not _waits(problem, best, bound):
+        return best
+    relaxer = Relaxer(problem, cands)
+    steps = _steps(cands)
+    tried: set[tuple[int, ...]] = set()
+    for share in PIECE_SHARES[1:]:
+        relaxed = relaxer.choose(bound.value_s * share, fill)
+        if relaxed is None or tuple(relaxed.choice) in tried:
+            continue
+        tried.add(tuple(relaxed.choice))
+        found = _grown(problem, cands, relaxed.choice, steps, best, spread, (True,), fill,
+                       share)
+        assert found is not None  # `best` stands unless beaten
+        best = found
     return best
 
 
@@ -261,10 +281,11 @@ def _best_start(problem: Problem, cands: list[list[Candidate]], bound: LowerBoun
     """The better of _starts with GPUs tied on load taken in rank order and, on several
     hosts, on the least loaded host first (partition/state.py): spreading the largest pieces
     over the hosts cut hugectr_200 x 4 hosts from 36.29 to 35.36 ms and hugectr_510 x 2 from
-    38.46 to 36.98, but made zionex_12t x 16 zionex_a100 hosts 16.6% worse, so both run."""
+    38.46 to 36.98, but made zionex_12t x 16 zionex_a100 hosts 16.6% worse, so both run.
+    Then _smaller_pieces, once, with the winner's spreading and fill."""
     if problem.hw.hosts < 2:
-        return _starts(problem, cands, bound, spread=False)
-    best: Assignment | None
+        return _starts(problem, cands, bound, spread=False)[0]
+    best: tuple[Assignment, float] | None
     try:
         best = _starts(problem, cands, bound, spread=False)
     except InfeasibleError:
@@ -274,33 +295,35 @@ def _best_start(problem: Problem, cands: list[list[Candidate]], bound: LowerBoun
     except InfeasibleError:
         if best is None:
             raise
-        return best
-    if best is None or makespan(problem, spread.choices) < makespan(
-            problem, best.choices) * (1 - 1e-9):
-        spread.notes.append("kept the plan grown with the largest pieces spread over the "
-                            "hosts")
-        return spread
-    return best
+        return _smaller_pieces(problem, cands, bound, best[0], False, best[1])
+    if best is None or makespan(problem, spread[0].choices) < makespan(
+            problem, best[0].choices) * (1 - 1e-9):
+        spread[0].notes.append("kept the plan grown with the largest pieces spread over the "
+                               "hosts")
+        return _smaller_pieces(problem, cands, bound, spread[0], True, spread[1])
+    return _smaller_pieces(problem, cands, bound, best[0], False, best[1])
 
 
 def _starts(problem: Problem, cands: list[list[Candidate]], bound: LowerBound,
-            spread: bool) -> Assignment:
+            spread: bool) -> tuple[Assignment, float]:
     """Local search from several deterministic starts, keep the best: the candidate-choosing
     greedy; on up to _SMALL_TABLES tables also a table-wise-only LPT (the ZionEX-style start,
     which wins on few, evenly sized tables) and, on several hosts, the greedy that scores the
-    all-to-alls' owner side while it builds (better on some multi-host instances)."""
+    all-to-alls' owner side while it builds (better on some multi-host instances). Returns
+    the best plan and the memory fill of the relaxation it grew from (the first fill when it
+    did not grow from one)."""
     steps = _steps(cands)
     try:
         best = local_search(problem, cands,
                             greedy(problem, cands, bound.prices, spread_hosts=spread), steps)
     except InfeasibleError:
         best = None
-    best = _priced_start(problem, cands, bound, steps, best, spread)
+    best, fill = _priced_start(problem, cands, bound, steps, best, spread)
     if best is None:
         raise InfeasibleError(reason="neither the greedy nor the priced start fit every "
                                      "table")
     if len(cands) > _SMALL_TABLES:
-        return best
+        return best, fill
     others: list[tuple[str, list[list[Candidate]], bool]] = []
     table_wise = [[c for c in cs if c.kind is ShardingType.TABLE_WISE] for cs in cands]
     if all(table_wise) and any(len(tw) < len(cs)
@@ -319,8 +342,8 @@ def _starts(problem: Problem, cands: list[list[Candidate]], bound: LowerBound,
         other_s = makespan(problem, other.choices)
         if other_s < best_s:
             other.notes.append(f"kept the plan grown from {label}")
-            best, best_s = other, other_s
-    return best
+            best, best_s, fill = other, other_s, RELAXATION_FILLS[0]
+    return best, fill
 
 
 def _start(problem: Problem, cands: list[list[Candidate]], slow: bool, bound: LowerBound,
