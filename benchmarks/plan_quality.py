@@ -313,7 +313,7 @@ def against_previous(rows: list[dict[str, Any]], previous: dict[str, Any] | None
             continue
         a, b = before["ours_s"], r["ours_s"]
         if a != b and (a is None or b is None or abs(b - a) > 1e-9 * max(a, b)):
-            change = "-" if a is None or b is None else f"{b / a - 1:+.1%}"
+            change = "-" if a is None or b is None else f"{b / a - 1:+.2%}"
             changed.append((r, a, change))
     worse = sum(1 for r, a, _ in changed if a is not None and (r["ours_s"] is None or
                                                                r["ours_s"] > a * (1 + 1e-9)))
