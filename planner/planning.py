@@ -29,7 +29,13 @@ from planner.partition.cpsat import (
 from planner.partition.greedy import greedy
 from planner.partition.hierarchical import host_model_size, solve_hierarchical
 from planner.partition.local_search import local_search
-from planner.partition.lp_start import PIECE_SHARES, RELAXATION_FILLS, Relaxer, lp_start
+from planner.partition.lp_start import (
+    PIECE_SHARES,
+    RELAXATION_FILLS,
+    Relaxer,
+    lp_start,
+    relaxed_choices,
+)
 from planner.partition.state import LoadState
 from planner.piece_layout import PieceLayout, piece_layout
 from planner.plan_build import build_plan, certificate_of
@@ -220,18 +226,11 @@ def _priced_start(problem: Problem, cands: list[list[Candidate]], bound: LowerBo
     set on 4 hosts: 145.1 -> 126.4 ms, bound 123.5), since the greedy places them last, when
     some GPU's HBM is already full; where memory binds, by more (zionex_12t x 4: 232.4 ->
     97.0 ms)."""
-    relaxer = Relaxer(problem, cands)
     best_fill = RELAXATION_FILLS[0]
-    for fill in RELAXATION_FILLS:
-        relaxed = relaxer.choose(bound.value_s, fill)
-        if relaxed is None:
-            break
-        other = _grown(problem, cands, relaxed.choice, steps, best, spread, (False, True),
-                       fill=fill)
+    for fill, choice in relaxed_choices(problem, cands, bound.value_s):
+        other = _grown(problem, cands, choice, steps, best, spread, (False, True), fill=fill)
         if other is not best:
             best, best_fill = other, fill
-        if not relaxed.binds:
-            break
     return best, best_fill
 
 
@@ -415,8 +414,9 @@ def plan(request: PlanRequest | ResolvedRequest | dict[str, Any],
     log.info("%d tables, %d candidates, lower bound %.6g s", len(cands),
              sum(len(c) for c in cands), bound.value_s)
     heuristic, cands, slow, bound = _start(problem, cands, slow, bound, req)
+    flat = _flat(problem, cands)
     try:
-        solved = _solve(problem, cands, bound, heuristic, req, progress)
+        solved = _solve(problem, cands, bound, heuristic, req, flat, progress)
     except Exception as exc:  # an internal error of a CP-SAT mode: the heuristic plan stands
         log.exception("CP-SAT failed; keeping the heuristic plan")
         heuristic.notes.append(f"CP-SAT failed ({type(exc).__name__}: {exc}); kept the "
@@ -447,15 +447,16 @@ def plan(request: PlanRequest | ResolvedRequest | dict[str, Any],
                       _decisions(problem, slow, bound, assignment), det, history,
                       certificate=certificate_of(
                           bound, problem, candidates="all-tiers" if slow else "planner",
-                          model="exact" if _flat(problem, cands) else "hierarchical"))
+                          model="exact" if flat else "hierarchical"))
 
 
 def _solve(problem: Problem, cands: list[list[Candidate]], bound: LowerBound,
-           start: Assignment, req: ResolvedRequest,
+           start: Assignment, req: ResolvedRequest, flat: bool,
            progress: ProgressFn | None) -> SolveResult | None:
     """CP-SAT after the heuristic, as the options ask: `greedy` never, `ilp` always, `auto`
     unless the heuristic plan is already within AUTO_GAP of the bound or the model would pass
-    AUTO_MAX_VARS. Which CP-SAT mode (measured in benchmarks/results/solvers.md):
+    AUTO_MAX_VARS. `flat`: the flat exact model, not the hierarchical one (_flat). Which
+    CP-SAT mode (measured in benchmarks/results/solvers.md):
     - one or two hosts, or an exact model of at most _FLAT_ANY_HOSTS_VARS variables: the
       exact model when it is small enough, else the re-pack;
     - several hosts: the hierarchical model (hosts, then GPUs) when its host level is small
@@ -469,7 +470,6 @@ def _solve(problem: Problem, cands: list[list[Candidate]], bound: LowerBound,
     if opts.solver == "auto" and gap <= AUTO_GAP:
         start.notes.append(f"heuristic plan within {AUTO_GAP:.1%} of the bound: CP-SAT skipped")
         return None
-    flat = _flat(problem, cands)
     size = exact_model_size(problem, cands) if flat else host_model_size(problem, cands)
     if opts.solver == "auto" and size > AUTO_MAX_VARS:
         start.notes.append(f"CP-SAT model would have {size:,} variables (auto's limit "

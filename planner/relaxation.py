@@ -55,10 +55,8 @@ def cluster_caps(hw: HardwareProfile) -> np.ndarray:
 
 @dataclass(frozen=True)
 class Relaxation:
-    value_s: float  # the LP optimum: the least total work, seconds
     prices: np.ndarray  # (3,) duals of the HBM, DDR, SSD rows, seconds per byte, >= 0
     choice: np.ndarray  # per table, the column of its largest x (the lowest on ties)
-    split: int  # tables whose x is split between candidates
 
 
 def solve_relaxation(work: np.ndarray, mem: np.ndarray, caps: np.ndarray,
@@ -90,7 +88,4 @@ def solve_relaxation(work: np.ndarray, mem: np.ndarray, caps: np.ndarray,
     prices[coupled] = np.maximum(-duals, 0.0) * _GB / _MS
     dense = np.full(work.shape, -1.0)
     dense[rows, cols] = x
-    # x within GLOP's tolerance of 1 counts as whole; argmax takes the lowest column on ties.
-    split = int(((dense > 1e-6) & (dense < 1 - 1e-6)).any(axis=1).sum())
-    return Relaxation(value_s=float(solver.objective_value) / _MS, prices=prices,
-                      choice=dense.argmax(axis=1), split=split)
+    return Relaxation(prices=prices, choice=dense.argmax(axis=1))
