@@ -49,12 +49,16 @@ def traffic_cost(t: PieceTraffic, hw: HardwareProfile) -> CostBreakdown:
     """
     c = hw.constants
     return CostBreakdown(
-        # Launch overheads: one lookup kernel forward, one update backward, per piece.
-        lookup=t.hbm_fwd / hw.eff_hbm_bw + c.piece_overhead_s,
-        backward=t.hbm_bwd / (hw.eff_hbm_bw * c.backward_efficiency) + c.update_launch_s,
+        # Launch overheads: one lookup kernel forward, one update backward, per piece; the
+        # per-row and per-id terms are 0 in the presets (calibration fits them).
+        lookup=t.hbm_fwd / hw.eff_hbm_bw + c.piece_overhead_s
+        + c.cache_probe_s * t.cache_probes,
+        backward=t.hbm_bwd / (hw.eff_hbm_bw * c.backward_efficiency) + c.update_launch_s
+        + c.update_row_s * t.updated_rows + c.backward_id_s * t.lookups,
         # Bytes, plus the fixed host-side work of a piece that touches host memory.
         cache_miss=t.host / hw.eff_host_read_bw + t.ssd / hw.eff_ssd_bw
-        + (c.host_piece_overhead_s if t.host > 0 or t.ssd > 0 else 0.0),
+        + (c.host_piece_overhead_s if t.host > 0 or t.ssd > 0 else 0.0)
+        + (c.cache_step_s + c.cache_slot_s * t.cache_slots if t.cache_slots > 0 else 0.0),
         input_a2a=t.ids_intra / hw.eff_nvlink_bw + t.ids_inter / hw.eff_nic_bw,
         output_a2a=(t.out_fwd_intra + t.out_bwd_intra) / hw.eff_nvlink_bw
         + (t.out_fwd_inter + t.out_bwd_inter) / hw.eff_nic_bw,

@@ -55,6 +55,24 @@ class CostConstants:
         count bytes only: FBGEMM's UVM and cache kernels are launched with the lookup's, whose
         launch piece_overhead_s holds); planner calibrate fits it on the executor's host-tier
         stores (planner/calibration/bench.py bench_host).
+    update_row_s: backward time per row the update reads and writes (a piece's distinct rows
+        of the batch; a replica's every row, its optimizer being dense), beside its bytes:
+        sorting ids, segment sums and the scatter cost per row, not only per byte. 0 in the
+        presets (bytes only); planner calibrate fits it.
+    backward_id_s: backward time per id looked up, beside its bytes: sorting the ids and
+        routing each one's pooled gradient to its row (FBGEMM's backward sorts them too). 0 in
+        the presets; planner calibrate fits it.
+    cache_probe_s: lookup time per id of an hbm_cache piece beside its bytes: finding the id
+        among the cached rows and counting it for the eviction policy (an ssd piece's probe
+        runs on the host, inside its cache_miss). 0 in the presets (FBGEMM's probe is fused
+        into the lookup kernel, priced by its bytes).
+    cache_step_s: cache_miss time per step of each cached piece (hbm_cache, ssd) beside
+        host_piece_overhead_s: the fixed part of the cache's upkeep (the executor's
+        re-ranking runs a score of small operators whatever the cache's size). 0 in the
+        presets; planner calibrate fits it.
+    cache_slot_s: cache_miss time per cache slot per step: the executor re-ranks every held
+        row once a batch (store.py end_step), where FBGEMM's cache works per missed id. 0 in
+        the presets; planner calibrate fits it on the executor's caches.
     """
 
     hbm_efficiency: float = 0.55
@@ -76,6 +94,11 @@ class CostConstants:
     allreduce_hop_latency_s: float = 1e-6
     allreduce_bucket_bytes: int = 25 * 1024 * 1024
     host_piece_overhead_s: float = 0.0
+    update_row_s: float = 0.0
+    backward_id_s: float = 0.0
+    cache_probe_s: float = 0.0
+    cache_step_s: float = 0.0
+    cache_slot_s: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -56,6 +56,11 @@ class PieceTraffic:
     # Not bytes: distinct rows the backward updates per step (unique_rows.py; a replica's
     # lookups, its update being dense), and a replica's share of the all-reduce calls.
     unique_rows: float = 0.0
+    # Rows the backward's update reads and writes: the distinct rows, or a replica's every
+    # row (its dense optimizer step); and a cached piece's cache slots.
+    updated_rows: float = 0.0
+    cache_slots: float = 0.0
+    cache_probes: float = 0.0  # ids looked up in a cache on the GPU (hbm_cache)
     allreduce_calls: float = 0.0
 
 
@@ -195,6 +200,10 @@ def piece_traffic(
         owner_out_bwd=owner[2],
         lengths=lengths_recv,
         unique_rows=unique,
+        updated_rows=float(table.rows) if kind is ShardingType.DATA_PARALLEL else unique,
+        cache_slots=(float(cache_rows(cache_ratio, piece_rows))
+                     if tier in (Tier.HBM_CACHE, Tier.SSD) else 0.0),
+        cache_probes=lookups if tier is Tier.HBM_CACHE else 0.0,
         allreduce_calls=allreduce_calls if world > 1 else 0.0,
     )
 

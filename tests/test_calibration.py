@@ -20,8 +20,10 @@ from planner.spec import HardwareSpec
 TRUE = {
     "piece_overhead_s": 8e-6, "update_launch_s": 5e-5, "inv_hbm_bw": 1 / 40e9,
     "inv_backward_bw": 1 / 2e9, "a2a_call_latency_s": 3e-4, "a2a_peer_latency_s": 2e-4,
-    "allreduce_call_latency_s": 1e-4, "allreduce_hop_latency_s": 5e-4, "inv_link_bw": 1 / 1e9,
+    "allreduce_call_latency_s": 4e-4, "allreduce_hop_latency_s": 1e-4, "inv_link_bw": 1 / 1e9,
     "host_piece_overhead_s": 2e-4, "inv_host_bw": 1 / 3e9, "inv_ssd_bw": 1 / 8e9,
+    "update_row_s": 2e-7, "backward_id_s": 5e-8, "cache_probe_s": 1e-7,
+    "cache_step_s": 3e-4, "cache_slot_s": 5e-7,
 }
 
 
@@ -35,17 +37,28 @@ def synthetic(noise: float, outliers: float, seed: int = 0) -> Measurements:
         return x * (1 + noise * rng.standard_normal()) * slow
 
     m = Measurements()
-    for b in np.geomspace(1e4, 1e8, 25):
+    for i, b in enumerate(np.geomspace(1e4, 1e8, 25)):
         m.lookup.append({"bytes": b, "seconds": t(TRUE["piece_overhead_s"]
                                                   + b * TRUE["inv_hbm_bw"])})
-        m.backward.append({"bytes": b, "seconds": t(TRUE["update_launch_s"]
-                                                    + b * TRUE["inv_backward_bw"])})
+        # Distinct rows: a row of 64 to 1,024 bytes (dims and optimizers differ).
+        u = b / (64 * 2 ** (i % 5))
+        n = u * (1 + 7 * (i // 5 % 2))  # ids: each distinct row looked up once or 8 times
+        m.backward.append({"bytes": b, "unique": u, "lookups": n, "seconds": t(
+            TRUE["update_launch_s"] + b * TRUE["inv_backward_bw"] + u * TRUE["update_row_s"]
+            + n * TRUE["backward_id_s"])})
     for i, b in enumerate(np.geomspace(1e4, 1e8, 24)):
-        # ddr pieces (host bytes only) and ssd pieces (pages too: many more bytes).
-        ssd = 0.0 if i % 2 else 8 * b
-        m.host.append({"tier": "ssd" if ssd else "ddr", "host_bytes": b, "ssd_bytes": ssd,
+        # ddr pieces (host bytes only), ssd and hbm_cache pieces (slots; ssd: pages too).
+        tier = ("ddr", "ssd", "hbm_cache")[i % 3]
+        ssd = b * (2 + 6 * (i // 3 % 2)) if tier == "ssd" else 0.0
+        slots = 0.0 if tier == "ddr" else b / 2048 * (1 + 3 * (i // 6 % 2))
+        n, hits = b / 100, b / 400 * (1 + i % 2)  # ids looked up; hit and id bytes
+        m.host.append({"tier": tier, "host_bytes": b, "ssd_bytes": ssd, "cache_slots": slots,
+                       "lookups": n, "hbm_fwd_bytes": hits,
                        "seconds": t(TRUE["host_piece_overhead_s"] + b * TRUE["inv_host_bw"]
-                                    + ssd * TRUE["inv_ssd_bw"])})
+                                    + ssd * TRUE["inv_ssd_bw"] + slots * TRUE["cache_slot_s"]
+                                    + (TRUE["cache_step_s"] if slots else 0.0)),
+                       "lookup_seconds": t(TRUE["piece_overhead_s"] + hits * TRUE["inv_hbm_bw"]
+                                           + n * TRUE["cache_probe_s"])})
     for w in (2, 3, 4):
         for b in np.geomspace(64, 4e6, 8):
             m.alltoall.append({"world": w, "bytes": b, "seconds": t(
@@ -78,10 +91,12 @@ def test_robust_loss_resists_outliers_where_plain_least_squares_does_not() -> No
     for seed in range(4):
         m = synthetic(noise=0.02, outliers=0.2, seed=seed)
         for rows, names in ((m.lookup, ("piece_overhead_s", "inv_hbm_bw")),
-                            (m.backward, ("update_launch_s", "inv_backward_bw"))):
+                            (m.backward, ("update_launch_s", "inv_backward_bw",
+                                          "update_row_s", "backward_id_s"))):
             b = np.array([r["bytes"] for r in rows])
             t = np.array([r["seconds"] for r in rows])
-            x = np.column_stack([np.ones(len(b)), b])
+            per_row = [[r[k] for r in rows] for k in ("unique", "lookups") if k in rows[0]]
+            x = np.column_stack([np.ones(len(b)), b, *per_row])
             for loss, errs in worst.items():
                 f = fit_linear(x, t, names, loss=loss)
                 errs.append(max(abs(f.value(n) / TRUE[n] - 1) for n in names))
@@ -99,7 +114,7 @@ def test_profile_from_a_fit_is_a_hardware_spec_that_plans(tmp_path: Path) -> Non
     eff = hw.gpu.hbm_bandwidth_gb_per_s * c.hbm_efficiency
     assert eff == pytest.approx(40.0, rel=0.1)  # GB/s, of the preset's peak
     assert any("Calibrated" in s for s in hw.sources)
-    assert prov["fits"]["kernels"]["points"] == 50
+    assert prov["fits"]["kernels"]["points"] == 50 + 8  # and the hbm_cache lookups
     path = tmp_path / "profile.json"
     path.write_text(json.dumps(spec))
     r = CliRunner().invoke(app, ["plan", "deeprecsys_rm1", "--hardware", str(path)])
@@ -154,7 +169,8 @@ def test_host_tier_fit_reaches_the_model_through_the_profile() -> None:
     assert hw.eff_host_read_bw == pytest.approx(3e9, rel=0.1)
     assert hw.eff_ssd_bw == pytest.approx(8e9, rel=0.1)
     assert hw.constants.host_piece_overhead_s == pytest.approx(2e-4, rel=0.15)
-    assert set(prov["fits"]["host"]["by_tier"]) == {"ddr", "ssd"}
+    assert hw.constants.cache_slot_s == pytest.approx(5e-7, rel=0.15)
+    assert set(prov["fits"]["host"]["by_tier"]) == {"ddr", "ssd", "hbm_cache"}
     req = {"model": "deeprecsys_rm1", "hardware": {**spec, "hosts": 1, "gpus_per_host": 2},
            "options": {"solver": "greedy"}}
     problem = build_problem(resolve(req))
@@ -174,5 +190,7 @@ def test_host_overhead_left_out_of_the_json_at_its_default() -> None:
     # before it hash as they did.
     from planner.spec.hardware import ConstantsSpec
 
-    assert "host_piece_overhead_s" not in ConstantsSpec().model_dump()
-    assert ConstantsSpec(host_piece_overhead_s=1e-4).model_dump()["host_piece_overhead_s"] == 1e-4
+    for name in ("host_piece_overhead_s", "update_row_s", "backward_id_s", "cache_probe_s",
+                 "cache_step_s", "cache_slot_s"):
+        assert name not in ConstantsSpec().model_dump()
+        assert ConstantsSpec(**{name: 1e-4}).model_dump()[name] == 1e-4

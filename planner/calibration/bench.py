@@ -16,22 +16,19 @@
 - collectives: `Comm.alltoall` and `Comm.ring_allreduce` over gloo (CPU) or NCCL (CUDA) on
   loopback ranks, against message size and world size.
 
-Compute is timed as the ranks time it (comm.Timer): on CPU the thread's own CPU time, and
-inside the profiler the executor's CPU memory probe keeps running in every rank
-(memprobe.MemProbe: torch.profiler with profile_memory, which adds its recording to every
-operator); on CUDA wall time after a device synchronize. Each figure is the median of `reps`
-timed runs after one untimed run; a collective's time is the slowest rank's median (every
-rank waits for it).
+Compute is timed as the ranks time their timed steps (comm.Timer, the memory probe stopped):
+on CPU the thread's own CPU time, on CUDA wall time after a device synchronize. Each figure
+is the median of `reps` timed runs after one untimed run; a collective's time is the mean over
+ranks of each rank's median (each rank times its own calls, as the executor's do).
 """
 
-import contextlib
 import os
 import queue
 import statistics
 import tempfile
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,7 +45,9 @@ GRAD_BYTES = 4  # pooled gradients are fp32
 
 @dataclass(frozen=True)
 class BenchConfig:
-    rows: tuple[int, ...] = (10_000, 200_000)
+    # Small tables too: most ids of a batch repeat there, so a piece's work per lookup and
+    # per distinct row can be told apart (scaled-down plans are full of them).
+    rows: tuple[int, ...] = (100, 10_000, 200_000)
     dims: tuple[int, ...] = (16, 64)
     poolings: tuple[int, ...] = (1, 8)
     batches: tuple[int, ...] = (256, 2048)
@@ -58,16 +57,16 @@ class BenchConfig:
     world_sizes: tuple[int, ...] = (2, 3)
     # Host tiers (ddr, hbm_cache, ssd pieces): shapes and cache ratios of the cached tiers.
     host_tiers: tuple[Tier, ...] = (Tier.DDR, Tier.HBM_CACHE, Tier.SSD)
-    host_rows: tuple[int, ...] = (10_000, 200_000)
+    host_rows: tuple[int, ...] = (1_000, 10_000, 200_000)
     host_dims: tuple[int, ...] = (16, 64)
     host_poolings: tuple[int, ...] = (1, 8)
     host_batches: tuple[int, ...] = (256, 2048)
     host_cache_ratios: tuple[float, ...] = (0.05, 0.3)
     reps: int = 9
+    # Collectives are cheap and their latency noisy (a peer's thread wakes a scheduler tick
+    # late now and then): more repeats.
+    collective_reps: int = 25
     seed: int = 0
-    # Time compute inside the profiler the executor's CPU memory probe runs in every rank
-    # (memprobe.MemProbe), as the ranks' timings are taken (CPU only).
-    executor_probe: bool = True
 
     @staticmethod
     def smoke() -> "BenchConfig":
@@ -76,7 +75,8 @@ class BenchConfig:
                            optimizers=(Optimizer.SGD, Optimizer.ADAM),
                            a2a_bytes=(64, 262_144), allreduce_rows=(64, 16_384),
                            world_sizes=(2,), host_rows=(10_000,), host_dims=(16,),
-                           host_batches=(256,), host_cache_ratios=(0.1,), reps=2)
+                           host_batches=(256,), host_cache_ratios=(0.1,), reps=2,
+                           collective_reps=5)
 
     @staticmethod
     def long(world: int) -> "BenchConfig":
@@ -105,43 +105,24 @@ def _clock(device: torch.device) -> Callable[[], float]:
     return time.perf_counter if device.type == "cuda" else time.thread_time
 
 
-def _median_time(fn: Callable[[], object], reps: int, sync: Callable[[], None],
-                 clock: Callable[[], float] = time.perf_counter) -> float:
-    fn()
-    sync()
-    times = []
-    for _ in range(reps):
-        t0 = clock()
-        fn()
-        sync()
-        times.append(clock() - t0)
-    return statistics.median(times)
-
-
-@contextlib.contextmanager
-def executor_probe(device: torch.device, on: bool) -> Iterator[None]:
-    """The profiler a CPU rank runs under from its start to its end (memprobe.MemProbe:
-    torch.profiler, CPU activities, profile_memory), so that each operator costs here what it
-    costs in a rank. Nothing on CUDA (the probe reads the allocator's statistics per phase
-    there, not per operator)."""
-    if not on or device.type != "cpu":
-        yield
-        return
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True):
-        yield
-
-
 def _sync_of(device: torch.device) -> Callable[[], None]:
     if device.type == "cuda":
         return lambda: torch.cuda.synchronize(device)
     return lambda: None
 
 
+# Stores of each shape, used in turn: a rank loops over its pieces, so a piece's rows, state
+# and ids are cold when its turn comes; one store timed over and over stays in the CPU's
+# caches and runs about 1.6 times faster than the same piece in a rank (measured).
+ROTATION = 4
+
+
 def bench_kernels(cfg: BenchConfig, device: torch.device, out: Measurements,
                   tick: Callable[[], None]) -> None:
-    """Lookups and backward updates of one piece, through the executor's store and kernels."""
+    """Lookups and backward updates of one piece, through the executor's store and kernels,
+    as rank.py's step runs them: the bag offsets from the received lengths, then the store's
+    fused pool; later the row gradients, then the store's update with the optimizer. Every
+    timed call takes the next of ROTATION stores of the shape and new ids."""
     from planner.executor import kernels
     from planner.executor.store import DenseStore
 
@@ -151,51 +132,58 @@ def bench_kernels(cfg: BenchConfig, device: torch.device, out: Measurements,
     cfg_o = kernels.OptimConfig()
     for rows in cfg.rows:
         for dim in cfg.dims:
-            w = torch.randn(rows, dim, generator=gen)
+            ws = [torch.randn(rows, dim, generator=gen) for _ in range(ROTATION)]
             for opt in cfg.optimizers:
-                s = torch.zeros(rows, kernels.state_cols(opt, dim))
-                store = DenseStore(w.clone(), s, Tier.HBM, device)
+                stores = [DenseStore(w.clone(), torch.zeros(rows, kernels.state_cols(opt, dim)),
+                                     Tier.HBM, device) for w in ws]
+                row = dim * 4 + optimizer_state_row_bytes(opt, dim)
                 for pooling in cfg.poolings:
                     for batch in cfg.batches:
                         n = batch * pooling
-                        ids = torch.randint(0, rows, (n,), generator=gen).to(device)
                         lengths = torch.full((batch,), pooling, dtype=torch.int64).to(device)
-                        offsets = kernels.bag_offsets(lengths)
+                        grad = torch.randn(batch, dim, generator=gen).to(device)
+                        t_look: list[float] = []
+                        t_back: list[float] = []
+                        uniq_n: list[int] = []
+                        for rep in range(cfg.reps + 1):  # the first untimed
+                            store = stores[rep % ROTATION]
+                            ids = torch.randint(0, rows, (n,), generator=gen).to(device)
+                            sync()
+                            t0 = clock()
+                            offsets = kernels.bag_offsets(lengths)
+                            store.pool(ids, offsets)
+                            sync()
+                            t1 = clock()
+                            uniq, g = kernels.row_grads_bags(ids, offsets, grad)
+                            store.update(uniq, lambda w_, s_, g=g, o=opt: kernels.apply_optimizer(
+                                o, cfg_o, w_, s_, g, 1))
+                            sync()
+                            t2 = clock()
+                            if rep:
+                                t_look.append(t1 - t0)
+                                t_back.append(t2 - t1)
+                                uniq_n.append(int(uniq.numel()))
                         if opt is cfg.optimizers[0]:
-                            # A piece's lookup as rank.py's step runs it: its bag offsets
-                            # from the lengths it received, then the store's fused pool.
-                            def lookup(s_: DenseStore = store, i_: torch.Tensor = ids,
-                                       len_: torch.Tensor = lengths) -> torch.Tensor:
-                                return s_.pool(i_, kernels.bag_offsets(len_))
-
-                            t = _median_time(lookup, cfg.reps, sync, clock)
                             out.lookup.append({"bytes": n * (dim * 4 + ID_BYTES),
-                                               "launches": 1.0, "seconds": t,
+                                               "launches": 1.0,
+                                               "seconds": statistics.median(t_look),
                                                "rows": rows, "dim": dim, "pooling": pooling,
                                                "batch": batch})
-                        grad = torch.randn(batch, dim, generator=gen).to(device)
-
-                        def backward(ids: torch.Tensor = ids, offsets: torch.Tensor = offsets,
-                                     grad: torch.Tensor = grad, opt: Optimizer = opt,
-                                     store: DenseStore = store) -> None:
-                            uniq, g = kernels.row_grads_bags(ids, offsets, grad)
-                            store.update(uniq, lambda w_, s_: kernels.apply_optimizer(
-                                opt, cfg_o, w_, s_, g, 1))
-
-                        t = _median_time(backward, cfg.reps, sync, clock)
-                        uniq = int(torch.unique(ids).numel())
-                        row = dim * 4 + optimizer_state_row_bytes(opt, dim)
-                        out.backward.append({"bytes": uniq * 2 * row + n * GRAD_BYTES * dim,
-                                             "launches": 1.0, "seconds": t, "rows": rows,
-                                             "dim": dim, "pooling": pooling, "batch": batch,
-                                             "optimizer": str(opt), "unique": uniq})
+                        u = statistics.fmean(uniq_n)
+                        out.backward.append({"bytes": u * 2 * row + n * GRAD_BYTES * dim,
+                                             "launches": 1.0,
+                                             "seconds": statistics.median(t_back),
+                                             "rows": rows, "dim": dim, "pooling": pooling,
+                                             "batch": batch, "optimizer": str(opt),
+                                             "unique": u, "lookups": float(n)})
                         tick()
 
 
 def _host_traffic(rows: int, dim: int, pooling: int, batch: int, tier: Tier, ratio: float,
-                  opt: Optimizer) -> tuple[float, float]:
-    """(host, ssd) bytes the cost model counts for a table-wise piece of this shape on one
-    GPU (cost_models.traffic.piece_traffic, uniform ids as the benchmark draws them)."""
+                  opt: Optimizer) -> Any:
+    """What the cost model counts for a table-wise piece of this shape on one GPU
+    (cost_models.traffic.piece_traffic's PieceTraffic, uniform ids as the benchmark draws
+    them)."""
     from cost_models import (
         CostConstants,
         DataType,
@@ -215,8 +203,7 @@ def _host_traffic(rows: int, dim: int, pooling: int, batch: int, tier: Tier, rat
                      data_type=DataType.FP32, optimizer=opt)
     model = ModelGeom(batch_per_gpu=batch, fwd_precision=CommPrecision.FP32,
                       bwd_precision=CommPrecision.FP32, pipelined=False)
-    tr = piece_traffic(geom, ShardingType.TABLE_WISE, tier, ratio, rows, dim, hw, model)
-    return tr.host, tr.ssd
+    return piece_traffic(geom, ShardingType.TABLE_WISE, tier, ratio, rows, dim, hw, model)
 
 
 def bench_host(cfg: BenchConfig, device: torch.device, out: Measurements,
@@ -226,8 +213,11 @@ def bench_host(cfg: BenchConfig, device: torch.device, out: Measurements,
     lookup (bag offsets, then the store's pool: a ddr or ssd piece's wholly on the host, an
     hbm_cache's misses), the backward (row gradients, then the store's update: a ddr or ssd
     piece's wholly, an hbm_cache's misses and its state in host memory) and the cache's
-    re-admission (end_step). New uniform ids every step, as the ranks draw them; the caches
-    are filled by `warm` untimed steps first (they start empty)."""
+    re-admission (end_step). New uniform ids every step, as the ranks draw them. A cache
+    starts full, as in a rank's measured steps (warmup.py): an untimed step looks up as many
+    distinct rows as it has slots (uniform ids: any rows are the steady state), then `warm`
+    untimed steps. A cached piece's lookup phase (its probe and the pool of its hits, the
+    misses' host work taken out) is recorded too: the kernels fit prices its probe per id."""
     from contextlib import AbstractContextManager, nullcontext
 
     from planner.executor import kernels
@@ -265,6 +255,11 @@ def bench_host(cfg: BenchConfig, device: torch.device, out: Measurements,
                                 return (timer("cache_miss") if tier in (Tier.DDR, Tier.SSD)
                                         else nullcontext())
 
+                            if isinstance(store, CachedStore):
+                                fill = torch.randperm(rows, generator=gen)[:store.slots]
+                                store.pool(fill.to(device), torch.arange(
+                                    fill.numel(), dtype=torch.int64).to(device))
+                                store.end_step()
                             hits = looked = 0
                             for step in range(warm + cfg.reps):
                                 if step == warm:
@@ -287,50 +282,52 @@ def bench_host(cfg: BenchConfig, device: torch.device, out: Measurements,
                                         store.end_step()
                             hits, looked = store.hits, store.lookups
                             t = statistics.median(st["cache_miss"].cpu for st in timer.steps)
-                            host_b, ssd_b = _host_traffic(rows, dim, pooling, batch, tier,
-                                                          ratio, opt)
-                            out.host.append({"tier": str(tier), "rows": rows, "dim": dim,
-                                             "pooling": pooling, "batch": batch,
-                                             "cache_ratio": ratio, "optimizer": str(opt),
-                                             "host_bytes": host_b, "ssd_bytes": ssd_b,
-                                             "hit_rate": hits / looked if looked else None,
-                                             "seconds": t})
+                            tr = _host_traffic(rows, dim, pooling, batch, tier, ratio, opt)
+                            out.host.append({
+                                "tier": str(tier), "rows": rows, "dim": dim,
+                                "pooling": pooling, "batch": batch, "cache_ratio": ratio,
+                                "optimizer": str(opt), "host_bytes": tr.host,
+                                "ssd_bytes": tr.ssd, "cache_slots": tr.cache_slots,
+                                "lookups": tr.lookups, "hbm_fwd_bytes": tr.hbm_fwd,
+                                "hit_rate": hits / looked if looked else None,
+                                "seconds": t,
+                                "lookup_seconds": statistics.median(
+                                    st["lookup"].cpu for st in timer.steps)})
                             del store
                             tick()
 
 
 def _collective_rank(rank: int, world: int, init_file: str, device_type: str,
                      cfg: BenchConfig, q: Any) -> None:
-    """One rank: time every all-to-all size and all-reduce size; rank 0 reports the slowest
-    rank's medians."""
+    """One rank: time every all-to-all size and all-reduce size; rank 0 reports the ranks'
+    mean of their medians."""
     import torch.distributed as dist
 
-    from planner.executor.comm import Comm, Heartbeat
-
+    from planner.executor.comm import Comm, Heartbeat, Timer, pin_main_thread
     torch.set_num_threads(1)
     backend = "nccl" if device_type == "cuda" else "gloo"
     device = torch.device("cuda", rank) if device_type == "cuda" else torch.device("cpu")
     dist.init_process_group(backend, init_method=f"file://{init_file}", rank=rank,
                             world_size=world)
+    if device_type == "cpu":
+        pin_main_thread(rank, world)  # as the executor's CPU ranks run
     try:
         hb = Heartbeat(Path(init_file).parent / f"heartbeat{rank}.txt")
         comm = Comm(rank, world, device, hb)
-        # The settle wait only keeps the CPU memory probe's frees on this thread; nothing is
-        # probed here, and a wait on a buffer the caller still holds would time the timeout.
-        comm._settle = lambda *tensors: None  # type: ignore[method-assign]
-        sync = _sync_of(device)
+        comm.settle = False  # as in the ranks' timed steps
+        # Timed as the ranks time a collective (comm.Timer): the wall time inside the
+        # collective call itself, after an untimed barrier; not the packing around it.
+        timer = Timer(device, defaultdict(float))
+        comm.timer = timer
         medians: list[float] = []
 
         def timed(fn: Callable[[], object]) -> float:
-            times = []
-            for i in range(cfg.reps + 1):
-                dist.barrier()
-                t0 = time.perf_counter()
-                fn()
-                sync()
-                if i:
-                    times.append(time.perf_counter() - t0)
-            return statistics.median(times)
+            timer.reset()
+            for _ in range(cfg.collective_reps + 1):
+                timer.new_step()
+                with timer("collective"):
+                    fn()
+            return statistics.median(st["collective"].coll_wall for st in timer.steps[1:])
 
         for m in cfg.a2a_bytes:
             send = [None if d == rank else torch.zeros(m, dtype=torch.uint8)
@@ -341,12 +338,15 @@ def _collective_rank(rank: int, world: int, init_file: str, device_type: str,
             x = torch.zeros(r, 16, device=device)
             medians.append(timed(lambda x=x: comm.ring_allreduce("ar", [x],
                                                                  CommPrecision.FP32)))
-        worst = torch.tensor(medians, dtype=torch.float64)
+        # The ranks' mean of their own medians: each rank times its own calls, as the
+        # executor's ranks do and as the model prices a GPU (the slowest rank's figure
+        # counts a peer's late exit from the barrier: twice the mean at 64 B, measured).
+        mean = torch.tensor(medians, dtype=torch.float64)
         if device_type == "cuda":
-            worst = worst.to(device)
-        dist.all_reduce(worst, op=dist.ReduceOp.MAX)
+            mean = mean.to(device)
+        dist.all_reduce(mean, op=dist.ReduceOp.SUM)
         if rank == 0:
-            q.put(worst.cpu().tolist())
+            q.put((mean / world).cpu().tolist())
     finally:
         dist.destroy_process_group()
 

@@ -66,7 +66,6 @@ def register(app: typer.Typer) -> None:
             bench_collectives,
             bench_host,
             bench_kernels,
-            executor_probe,
             steps_of,
         )
         from planner.calibration.profile import build_profile
@@ -100,8 +99,7 @@ def register(app: typer.Typer) -> None:
         torch.set_num_threads(1)  # as the executor's ranks run
         dev = torch.device("cuda", 0) if device is CalDevice.cuda else torch.device("cpu")
         m = Measurements()
-        # Compute inside the profiler a CPU rank runs in (bench.executor_probe), as timed there.
-        with tempfile.TemporaryDirectory() as tmp, executor_probe(dev, cfg.executor_probe):
+        with tempfile.TemporaryDirectory() as tmp:
             bench_kernels(cfg, dev, m, tick)
             bench_host(cfg, dev, m, tick, Path(tmp))
         if device is CalDevice.cuda and torch.cuda.device_count() < 2:
@@ -118,8 +116,7 @@ def register(app: typer.Typer) -> None:
             sys.stderr.write("\n")
         command = "planner " + " ".join(shlex.quote(a) for a in sys.argv[1:])
         try:
-            spec, provenance = build_profile(preset, m, device.value, command,
-                                             probe=cfg.executor_probe and dev.type == "cpu")
+            spec, provenance = build_profile(preset, m, device.value, command)
             resolved = validate_model(HardwareSpec, spec)
         except (BadInputError, ValueError) as exc:
             fail(f"the fitted profile is not valid: {exc}", 1)
@@ -132,7 +129,10 @@ def register(app: typer.Typer) -> None:
         print(f"wrote {output} (and {side.name}) in {time.monotonic() - start:.1f} s")
         print("  effective bandwidths (GB/s): " + ", ".join(
             f"{k} {v:.3g}" if v else f"{k} not seen (preset's kept)" for k, v in eff.items()))
-        for name in ("piece_overhead_s", "update_launch_s", "host_piece_overhead_s",
+        for name in ("piece_overhead_s", "update_launch_s", "update_row_s", "backward_id_s",
+                     "cache_probe_s",
+                     "host_piece_overhead_s", "cache_step_s",
+                     "cache_slot_s",
                      "a2a_call_latency_s", "a2a_peer_latency_s", "allreduce_call_latency_s",
                      "allreduce_hop_latency_s"):
             fit = fits["kernels"]["constants"].get(name) or \

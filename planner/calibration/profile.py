@@ -1,14 +1,17 @@
 """Fit the named constants from measurements and write them into a hardware profile.
 
 Three fits, each of the cost model's own form (cost.py, latency.py):
-- kernels: lookup t = piece_overhead_s + bytes / eff_hbm_bw (bytes: hbm_fwd; the time: a
-  piece's bag offsets and pool, as rank.py's step runs them) and backward
-  t = update_launch_s + bytes / (eff_hbm_bw * backward_efficiency).
+- kernels: lookup t = piece_overhead_s + bytes / eff_hbm_bw (+ cache_probe_s per id of an
+  hbm_cache piece; bytes: hbm_fwd; the time: a piece's bag offsets and pool, as rank.py's
+  step runs them) and backward t = update_launch_s + bytes / (eff_hbm_bw *
+  backward_efficiency) + update_row_s * distinct rows + backward_id_s * ids.
 - host tiers: a ddr, hbm_cache or ssd piece's cache_miss time per step,
-  t = host_piece_overhead_s + host bytes / eff_host_read_bw + SSD bytes / eff_ssd_bw (the
-  bytes: traffic.piece_traffic's for the shape). The host read rate becomes the PCIe link's
-  (pcie_gb_per_s * pcie_efficiency, raised past the preset's peak where faster), DDR's share
-  kept above it at the profile's gpus_per_host; the SSD rate a GPU's share at that count.
+  t = host_piece_overhead_s + host bytes / eff_host_read_bw + SSD bytes / eff_ssd_bw +
+  (a cached piece) cache_step_s + cache_slot_s * cache slots (the bytes and slots:
+  traffic.piece_traffic's for the shape).
+  The host read rate becomes the PCIe link's (pcie_gb_per_s * pcie_efficiency, raised past
+  the preset's peak where faster), DDR's share kept above it at the profile's gpus_per_host;
+  the SSD rate a GPU's share at that count.
 - collectives: all-to-all t = a2a_call + a2a_peer (W - 1) + bytes / eff_link and ring
   all-reduce t = ar_call + ar_hop 2 (W - 1) + bytes / eff_link, jointly (one link bandwidth:
   one host's all-reduce runs at eff NVLink, hardware.eff_allreduce_bw). With one world size
@@ -31,27 +34,49 @@ from planner.calibration.bench import Measurements, to_arrays
 from planner.calibration.fit import FitResult, fit_linear
 from planner.presets import preset_dict
 
+KERNEL_NAMES = ("piece_overhead_s", "update_launch_s", "inv_hbm_bw", "inv_backward_bw",
+                "update_row_s", "backward_id_s", "cache_probe_s")
+
+
+def _cached_lookups(m: Measurements) -> list[dict[str, Any]]:
+    """The hbm_cache points' lookup phases (their probe and the pool of their hits)."""
+    return [r for r in m.host if r["tier"] == "hbm_cache" and "lookup_seconds" in r]
+
 
 def fit_kernels(m: Measurements) -> FitResult:
-    lk = to_arrays(m.lookup, ("bytes", "seconds"))
-    bw = to_arrays(m.backward, ("bytes", "seconds"))
-    z_l, z_b = np.zeros(len(lk)), np.zeros(len(bw))
-    x = np.vstack([np.column_stack([np.ones(len(lk)), z_l, lk[:, 0], z_l]),
-                   np.column_stack([z_b, np.ones(len(bw)), z_b, bw[:, 0]])])
-    t = np.concatenate([lk[:, 1], bw[:, 1]])
-    return fit_linear(x, t, ("piece_overhead_s", "update_launch_s", "inv_hbm_bw",
-                             "inv_backward_bw"))
+    """Lookups: t = piece_overhead_s + bytes * inv_hbm_bw (+ cache_probe_s per id of an
+    hbm_cache piece, whose bytes are its hits' and ids'); backward: t = update_launch_s +
+    bytes * inv_backward_bw + update_row_s * distinct rows + backward_id_s * ids (cost.py
+    traffic_cost)."""
+    rows = [[1.0, 0.0, float(r["bytes"]), 0.0, 0.0, 0.0, 0.0] for r in m.lookup]
+    t = [float(r["seconds"]) for r in m.lookup]
+    rows += [[0.0, 1.0, 0.0, float(r["bytes"]), float(r["unique"]), float(r["lookups"]), 0.0]
+             for r in m.backward]
+    t += [float(r["seconds"]) for r in m.backward]
+    cached = _cached_lookups(m)
+    rows += [[1.0, 0.0, float(r["hbm_fwd_bytes"]), 0.0, 0.0, 0.0, float(r["lookups"])]
+             for r in cached]
+    t += [float(r["lookup_seconds"]) for r in cached]
+    return _fit_seen_columns(np.array(rows), np.array(t), KERNEL_NAMES)
 
 
-HOST_NAMES = ("host_piece_overhead_s", "inv_host_bw", "inv_ssd_bw")
+HOST_NAMES = ("host_piece_overhead_s", "inv_host_bw", "inv_ssd_bw", "cache_step_s",
+              "cache_slot_s")
+
+
+def _host_row(r: dict[str, Any]) -> list[float]:
+    slots = float(r.get("cache_slots", 0.0))
+    return [1.0, float(r["host_bytes"]), float(r["ssd_bytes"]), 1.0 if slots > 0 else 0.0,
+            slots]
 
 
 def fit_host(m: Measurements) -> FitResult | None:
-    """cache_miss seconds of host-tier pieces against (1, host bytes, SSD bytes); a column the
-    data cannot see (no ssd points) is held at 0 with no interval. None without points."""
+    """cache_miss seconds of host-tier pieces against (1, host bytes, SSD bytes, 1 for a
+    cached piece, cache slots); a column the data cannot see (no ssd points) is held at 0
+    with no interval. None without points."""
     if not m.host:
         return None
-    x = np.array([[1.0, float(r["host_bytes"]), float(r["ssd_bytes"])] for r in m.host])
+    x = np.array([_host_row(r) for r in m.host])
     t = np.array([float(r["seconds"]) for r in m.host])
     return _fit_seen_columns(x, t, HOST_NAMES)
 
@@ -80,10 +105,9 @@ def host_residuals_by_tier(m: Measurements, fit: FitResult) -> dict[str, dict[st
     out: dict[str, dict[str, float]] = {}
     for tier in sorted({str(r["tier"]) for r in m.host}):
         rows = [r for r in m.host if str(r["tier"]) == tier]
-        rel = np.array([abs((fit.value("host_piece_overhead_s")
-                             + float(r["host_bytes"]) * fit.value("inv_host_bw")
-                             + float(r["ssd_bytes"]) * fit.value("inv_ssd_bw"))
-                            / float(r["seconds"]) - 1) for r in rows])
+        theta = np.array([fit.value(n) for n in HOST_NAMES])
+        rel = np.array([abs(float(np.dot(_host_row(r), theta)) / float(r["seconds"]) - 1)
+                        for r in rows])
         out[tier] = {"rel_residual_median": float(np.median(rel)),
                      "rel_residual_p90": float(np.quantile(rel, 0.9)), "points": len(rows)}
     return out
@@ -122,8 +146,8 @@ def _efficiency(inv_bw: float, peak_gbs: float) -> tuple[float, float] | None:
     return peak_gbs, eff_gbs / peak_gbs
 
 
-def build_profile(preset: str, m: Measurements, device: str, command: str,
-                  probe: bool = False) -> tuple[dict[str, Any], dict[str, Any]]:
+def build_profile(preset: str, m: Measurements, device: str, command: str
+                  ) -> tuple[dict[str, Any], dict[str, Any]]:
     """(hardware spec dict for --hardware, provenance dict with every fit)."""
     kern = fit_kernels(m)
     hfit = fit_host(m)
@@ -217,11 +241,9 @@ def build_profile(preset: str, m: Measurements, device: str, command: str,
         "cuda": (torch.cuda.get_device_name(0)
                  if device == "cuda" and torch.cuda.is_available() else None),
         "base_preset": preset,
-        # Compute timed as the ranks time it (bench.py): thread CPU time on CPU, inside the
-        # executor's CPU memory probe (torch.profiler, profile_memory) where it runs.
+        # Compute timed as the ranks time their timed steps (bench.py), no memory probe.
         "compute_clock": ("wall time after a device synchronize" if device == "cuda" else
                           "thread CPU time (time.thread_time), as comm.Timer"),
-        "executor_probe": probe,
         "fits": {"kernels": kern.as_dict(),
                  "host": ({**hfit.as_dict(), "by_tier": host_residuals_by_tier(m, hfit)}
                           if hfit else None),

@@ -60,7 +60,12 @@ def register(app: typer.Typer) -> None:
             help="run every table with this fraction of its rows (same shape of plan)")] = 1.0,
         batch: Annotated[int | None, typer.Option(help="samples per rank (default: the "
                                                        "plan's)")] = None,
-        steps: Annotated[int, typer.Option(help="training steps measured")] = 5,
+        steps: Annotated[int, typer.Option(
+            help="training steps measured (memory, outputs, weights, bytes, cache hits)")
+        ] = 5,
+        timed_steps: Annotated[int | None, typer.Option(
+            min=1, help="training steps timed after them, the memory probe stopped "
+                        "(default: as many as --steps)")] = None,
         warmup_steps: Annotated[int | None, typer.Option(
             help="forward-only steps first, to warm caches (default: as many as the plan's "
                  "caches need to reach their steady state)")] = None,
@@ -128,7 +133,8 @@ def register(app: typer.Typer) -> None:
         from planner.executor.run import collect as collect_run
         from planner.executor.run import execute, prepare
 
-        opts = RunOptions(steps=steps, warmup_steps=warmup_steps, seed=seed, lr=lr,
+        opts = RunOptions(steps=steps, timed_steps=timed_steps, warmup_steps=warmup_steps,
+                          seed=seed, lr=lr,
                           device=device.value,
                           cache_policy=cache_policy.value if cache_policy else None,
                           collective_timeout_s=collective_timeout, eps=eps, fault=fault,

@@ -13,6 +13,11 @@ JOB_FILE = "job.json"
 @dataclass(frozen=True)
 class RunOptions:
     steps: int = 5
+    # Training steps timed after the measured ones, with the CPU memory probe stopped: the
+    # profiler it runs records every operator and adds about half to a CPU rank's compute
+    # (measured), so time is never read from the steps the memory is read from. None: as
+    # many as `steps`.
+    timed_steps: int | None = None
     # Forward-only steps first: caches warm up, weights do not change. None: as many as the
     # plan's caches need (warmup.warmup_steps), fixed by `prepare` before the ranks start.
     warmup_steps: int | None = None

@@ -48,6 +48,7 @@ class MemProbe:
         self.init_bytes = 0  # allocated after the rank's tables were built
         self.init_peak = 0
         self._prof: Any = None
+        self.finished = False
         # CPU: bytes alive at the step's peak, by "phase | operators" that allocated them
         self.peak_blocks: dict[str, dict[str, int]] = {}
         if self.cuda:
@@ -82,7 +83,9 @@ class MemProbe:
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
-        if self.cuda:
+        if self.finished:  # the timed steps: nothing probed, nothing added to their time
+            yield
+        elif self.cuda:
             torch.cuda.synchronize(self.device)
             start = torch.cuda.memory_allocated(self.device)
             if self.measuring and self.step_start < 0:
@@ -105,6 +108,7 @@ class MemProbe:
 
     def finish(self) -> dict[str, Any]:
         """Stop measuring; the figures as JSON."""
+        self.finished = True
         if not self.cuda:
             self._prof.__exit__(None, None, None)
             self._replay()

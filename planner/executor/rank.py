@@ -571,6 +571,13 @@ class RankExecutor:
         for st in [*self.stores.values(), *self.replicas.values()]:
             st.hits = st.lookups = 0
 
+    def start_timing(self) -> None:
+        """The timed steps begin: the memory probe is stopped (MemProbe.finish), the timings
+        so far are dropped. Byte and cache counters keep the measured steps' figures."""
+        self.seconds.clear()
+        self.timer.reset()
+        self.comm.settle = False
+
     def dump(self) -> dict[str, torch.Tensor]:
         out = {}
         for p in self.pieces:

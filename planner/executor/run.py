@@ -252,7 +252,10 @@ def _compare_model(rep: ExecutionReport, run: Plan, lay: ExecLayout,
             "seconds_measured": m["seconds"], "seconds_predicted": p.seconds,
             "memory": {k: {"measured": mem[k], "predicted": p.memory[k]} for k in mem},
             "executor_extra_ddr": m["memory"]["extra_ddr"],
-            "timing": m.get("timing", []),  # per measured step and phase (comm.PhaseTime)
+            # per timed step and phase (comm.PhaseTime): the steps after the measured ones,
+            # the memory probe stopped (job.RunOptions.timed_steps)
+            "timing": m.get("timing", []),
+            "timed_steps": m.get("timed_steps", 0),
             "buckets": m.get("buckets", []),  # replicas' all-reduce buckets (table indices)
         })
     rep.checks.append(Check("bytes: input all-to-all, bag lengths, per rank", not len_bad,

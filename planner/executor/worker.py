@@ -45,7 +45,7 @@ def run(run_dir: Path, rank: int, world: int, local_rank: int) -> dict:
     import torch
     import torch.distributed as dist
 
-    from planner.executor.comm import Comm, Heartbeat
+    from planner.executor.comm import Comm, Heartbeat, pin_main_thread
     from planner.executor.job import heartbeat_file, read_job, tensors_file
     from planner.executor.layout import exec_layout
     from planner.executor.rank import RankExecutor
@@ -71,6 +71,8 @@ def run(run_dir: Path, rank: int, world: int, local_rank: int) -> dict:
     hb.mark(-1, "init")
     dist.init_process_group(backend, rank=rank, world_size=world,
                             timeout=datetime.timedelta(seconds=opts.collective_timeout_s))
+    if opts.device != "cuda":
+        pin_main_thread(local_rank, world)
     try:
         comm = Comm(rank, world, device, hb)
         ex = RankExecutor(lay, rank, device, comm, opts, run_dir)
@@ -86,22 +88,29 @@ def run(run_dir: Path, rank: int, world: int, local_rank: int) -> dict:
                 # CPU the memory probe does not count the outputs kept for the reference.
                 for ti, o in outs.items():
                     outputs[f"out{s}.{ti}"] = o.detach().cpu().numpy().copy()
-        hb.mark(opts.steps, "done")
         peak = ex.mem.finish()
         dist.barrier()
         result = _measurements(ex, opts.steps, device)
         result["peak_memory"] = peak
         result["software"] = _software(device)
-        if opts.keep_outputs:
+        if opts.keep_outputs:  # the weights the reference checks: before the timed steps
             kept = {k: torch.from_numpy(v) for k, v in outputs.items()}
             torch.save({**kept, **ex.dump()}, tensors_file(run_dir, rank))
+        # Time comes from steps of its own, the memory probe stopped (job.RunOptions).
+        ex.start_timing()
+        timed = opts.steps if opts.timed_steps is None else opts.timed_steps
+        for s in range(opts.steps, opts.steps + timed):
+            ex.step(s, train=True)
+        hb.mark(opts.steps + timed, "done")
+        result["timed_steps"] = timed
+        result["seconds"] = {k: v / max(timed, 1) for k, v in ex.seconds.items()}
+        result["timing"] = _timing(ex)
         return result
     finally:
         dist.destroy_process_group()
 
 
 def _measurements(ex: "object", steps: int, device: "object") -> dict:
-    from dataclasses import asdict
 
     from planner.executor.rank import RankExecutor
 
@@ -113,10 +122,6 @@ def _measurements(ex: "object", steps: int, device: "object") -> dict:
         "rank": ex.rank,
         "device": str(device),
         "steps": steps,
-        "seconds": {k: v * per for k, v in ex.seconds.items()},
-        # Per measured step and phase: cpu (the thread's own, nested phases taken out), wall,
-        # coll_wall / coll_cpu (inside the phase's collectives), calls (comm.PhaseTime).
-        "timing": [{ph: asdict(t) for ph, t in rec.items()} for rec in ex.timer.steps],
         "buckets": ex.buckets,
         "collectives": {k: {"sent": c.sent * per, "recv": c.recv * per}
                         for k, c in ex.comm.counts.items()},
@@ -135,6 +140,17 @@ def _measurements(ex: "object", steps: int, device: "object") -> dict:
         "memory": {f: sum(getattr(m, f) for m in mem) for f in ("hbm", "ddr", "ssd",
                                                                 "extra_ddr")},
     }
+
+
+def _timing(ex: "object") -> list[dict[str, dict[str, float]]]:
+    """Per timed step and phase: cpu (the thread's own, nested phases taken out), wall,
+    coll_wall / coll_cpu (inside the phase's collectives), calls (comm.PhaseTime)."""
+    from dataclasses import asdict
+
+    from planner.executor.rank import RankExecutor
+
+    assert isinstance(ex, RankExecutor)
+    return [{ph: asdict(t) for ph, t in rec.items()} for rec in ex.timer.steps]
 
 
 def _software(device: "object") -> dict:

@@ -193,12 +193,37 @@ class ConstantsSpec(StrictModel):
             "hbm_cache, ssd tiers), charged to cache_miss beside its bytes: its host-side "
             "gathers, scatters and cache upkeep, in seconds (0: bytes only; planner "
             "calibrate fits it)."))
+    update_row_s: Seconds = Field(
+        _DEFAULT_CONSTANTS.update_row_s, description=(
+            "Backward time per row the update reads and writes (a piece's distinct rows of "
+            "the batch, a replica's every row), beside its bytes, in seconds (0: bytes "
+            "only; planner calibrate fits it)."))
+    backward_id_s: Seconds = Field(
+        _DEFAULT_CONSTANTS.backward_id_s, description=(
+            "Backward time per id looked up (sorting the ids, routing each gradient to its "
+            "row), beside its bytes, in seconds (0: bytes only; planner calibrate fits it)."))
+    cache_probe_s: Seconds = Field(
+        _DEFAULT_CONSTANTS.cache_probe_s, description=(
+            "Lookup time per id of an hbm_cache piece: finding it among the cached rows "
+            "and counting it, in seconds (0: bytes only; planner calibrate fits it)."))
+    cache_step_s: Seconds = Field(
+        _DEFAULT_CONSTANTS.cache_step_s, description=(
+            "Fixed cache upkeep per step of each cached piece (hbm_cache, ssd), charged to "
+            "cache_miss, in seconds (0: none; planner calibrate fits it)."))
+    cache_slot_s: Seconds = Field(
+        _DEFAULT_CONSTANTS.cache_slot_s, description=(
+            "Cache upkeep per cache slot per step, charged to cache_miss (the executor "
+            "re-ranks its held rows once a batch), in seconds (0: none; planner calibrate "
+            "fits it)."))
 
     @model_serializer(mode="wrap")
     def _drop_unset_new_constants(self, handler: SerializerFunctionWrapHandler) -> Any:
         """Constants added after plans were hashed are left out of the JSON at their default
         (0: no term), so a request that does not set them hashes as before."""
-        return drop_absent(handler(self), ("host_piece_overhead_s",), absent=0.0)
+        return drop_absent(handler(self), ("host_piece_overhead_s", "update_row_s",
+                                           "backward_id_s", "cache_probe_s", "cache_step_s",
+                                           "cache_slot_s"),
+                           absent=0.0)
 
 
 class HardwareSpec(StrictModel):
