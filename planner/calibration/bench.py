@@ -19,7 +19,8 @@
 Compute is timed as the ranks time their timed steps (comm.Timer, the memory probe stopped):
 on CPU the thread's own CPU time, on CUDA wall time after a device synchronize. Each figure
 is the median of `reps` timed runs after one untimed run; a collective's time is the mean over
-ranks of each rank's median (each rank times its own calls, as the executor's do).
+ranks of each rank's lower quartile (compare.collective_figure, as `planner execute
+--compare` reads a rank's collectives).
 """
 
 import os
@@ -300,10 +301,11 @@ def bench_host(cfg: BenchConfig, device: torch.device, out: Measurements,
 def _collective_rank(rank: int, world: int, init_file: str, device_type: str,
                      cfg: BenchConfig, q: Any) -> None:
     """One rank: time every all-to-all size and all-reduce size; rank 0 reports the ranks'
-    mean of their medians."""
+    mean of their figures (compare.collective_figure)."""
     import torch.distributed as dist
 
     from planner.executor.comm import Comm, Heartbeat, Timer, pin_main_thread
+    from planner.executor.compare import collective_figure
     torch.set_num_threads(1)
     backend = "nccl" if device_type == "cuda" else "gloo"
     device = torch.device("cuda", rank) if device_type == "cuda" else torch.device("cpu")
@@ -327,7 +329,7 @@ def _collective_rank(rank: int, world: int, init_file: str, device_type: str,
                 timer.new_step()
                 with timer("collective"):
                     fn()
-            return statistics.median(st["collective"].coll_wall for st in timer.steps[1:])
+            return collective_figure([st["collective"].coll_wall for st in timer.steps[1:]])
 
         for m in cfg.a2a_bytes:
             send = [None if d == rank else torch.zeros(m, dtype=torch.uint8)
@@ -338,7 +340,7 @@ def _collective_rank(rank: int, world: int, init_file: str, device_type: str,
             x = torch.zeros(r, 16, device=device)
             medians.append(timed(lambda x=x: comm.ring_allreduce("ar", [x],
                                                                  CommPrecision.FP32)))
-        # The ranks' mean of their own medians: each rank times its own calls, as the
+        # The ranks' mean of their own figures: each rank times its own calls, as the
         # executor's ranks do and as the model prices a GPU (the slowest rank's figure
         # counts a peer's late exit from the barrier: twice the mean at 64 B, measured).
         mean = torch.tensor(medians, dtype=torch.float64)

@@ -2,7 +2,8 @@
 ranks measured, with the errors, and for the plan: mean absolute error, Spearman over ranks,
 and whether the predicted slowest rank is the measured slowest.
 
-Measured (comm.Timer, per step; the median over the measured steps):
+Measured (comm.Timer, per timed step; the median over them for compute, the lower quartile
+for collectives, COLLECTIVE_QUANTILE):
 - compute phases (lookup, cache_miss, backward): the rank thread's own CPU time, so another
   rank's load on a shared machine does not count as this rank's work;
 - collective phases (input_a2a, output_a2a_fwd, output_a2a_bwd, allreduce): the wall time
@@ -46,16 +47,39 @@ TIE_REL = 1e-9
 COLLECTIVE_CLOCKS = {"wall": "coll_wall", "cpu": "coll_proc_cpu"}
 
 
+# A collective's figure over the steps: their lower quartile. On a shared machine a
+# collective's wall time is bimodal: the exchange itself, or that plus a scheduler's delay
+# in waking a peer's thread (0.4-0.6 ms against 1.3-2.3 ms for the same 2-rank all-to-all,
+# in a third to half of the steps of some runs, measured); the quartile keeps the exchange
+# and is what `planner calibrate` fits (calibration/bench.py), so both sides use one rule.
+COLLECTIVE_QUANTILE = 0.25
+
+
+def collective_figure(values: list[float]) -> float:
+    """The COLLECTIVE_QUANTILE of a collective's times over steps (0 for none)."""
+    if not values:
+        return 0.0
+    v = sorted(values)
+    at = COLLECTIVE_QUANTILE * (len(v) - 1)
+    lo = int(at)
+    hi = min(lo + 1, len(v) - 1)
+    return v[lo] + (v[hi] - v[lo]) * (at - lo)
+
+
 def measured_phases(timing: list[dict[str, dict[str, float]]], collective_clock: str = "wall"
                     ) -> tuple[dict[str, float], dict[str, float]]:
-    """(compared phases, unmodelled work), each the median over steps, in seconds."""
+    """(compared phases, unmodelled work) in seconds: compute phases the median over steps,
+    collectives their lower quartile (collective_figure)."""
     def med(values: list[float]) -> float:
         return statistics.median(values) if values else 0.0
 
     out = {}
     for ph in PHASES:
-        key = COLLECTIVE_CLOCKS[collective_clock] if ph in COLLECTIVE_PHASES else "cpu"
-        out[ph] = med([s.get(ph, {}).get(key, 0.0) for s in timing])
+        if ph in COLLECTIVE_PHASES:
+            out[ph] = collective_figure([s.get(ph, {}).get(COLLECTIVE_CLOCKS[collective_clock],
+                                                           0.0) for s in timing])
+        else:
+            out[ph] = med([s.get(ph, {}).get("cpu", 0.0) for s in timing])
     unmodelled = {"loss_cpu": med([s.get("loss", {}).get("cpu", 0.0) for s in timing]),
                   "packing_cpu": med([sum(s.get(ph, {}).get("cpu", 0.0)
                                           for ph in COLLECTIVE_PHASES) for s in timing]),
