@@ -178,9 +178,12 @@ def code_state() -> dict[str, Any]:
                               cwd=RESULTS.parent.parent).stdout
 
     # Not stripped: a status line starts with a space (" M path").
+    # What the run writes itself (its plans and profile under benchmarks/results/) is not
+    # code that differs from the commit.
     return {"commit": git("rev-parse", "HEAD").strip(),
             "modified": [ln[3:] for ln in git("status", "--short", "--untracked-files=no")
-                         .splitlines() if ln.strip()]}
+                         .splitlines()
+                         if ln.strip() and not ln[3:].startswith("benchmarks/results/")]}
 
 
 def calibrate_available() -> bool:

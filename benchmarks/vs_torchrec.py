@@ -338,7 +338,7 @@ def _fmt(v: Any, spec: str) -> str:
 
 
 def markdown(all_rows: list[dict[str, Any]], summary: dict[str, Any], meta: dict[str, Any],
-             notes: str = "") -> str:
+             notes: str = "", referee: dict[str, Any] | None = None) -> str:
     rows = _main_rows(all_rows)
     lines = [
         "# Our planner vs TorchRec's EmbeddingShardingPlanner", "",
@@ -442,7 +442,38 @@ def markdown(all_rows: list[dict[str, Any]], summary: dict[str, Any], meta: dict
             lines.append(f"- {r['fixture']} on {r.get('gpus')} GPUs: " + "; ".join(why))
     if notes:
         lines += ["", notes.strip()]
+    if referee:
+        from benchmarks.referee import markdown as referee_markdown
+
+        lines += ["", *referee_markdown(referee)]
     return "\n".join(lines) + "\n"
+
+
+def _referee() -> dict[str, Any]:
+    """benchmarks/referee.py on the profile benchmarks/fidelity.py calibrates (made first
+    when it is not there)."""
+    from benchmarks.fidelity import calibrated_hardware
+    from benchmarks.referee import run_all
+
+    hw = calibrated_hardware()
+    if hw is None:
+        raise SystemExit("the referee needs `planner calibrate`")
+    ref = run_all(hw)
+    ref.update(command=COMMAND + " --referee-only", commit=_meta()["commit"],
+               finished=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()))
+    return ref
+
+
+def _referee_only() -> None:
+    """Run the measured referee alone and put it into the committed results beside the
+    planners' comparison from their last run (which it leaves as it was)."""
+    from benchmarks import RESULTS
+
+    payload = json.loads((RESULTS / "vs_torchrec.json").read_text())
+    payload["referee"] = _referee()
+    write_results("vs_torchrec", payload, markdown(
+        payload["cases"], payload["summary"], payload["meta"], payload.get("notes", ""),
+        payload["referee"]))
 
 
 def _meta() -> dict[str, Any]:
@@ -490,7 +521,13 @@ def main() -> None:
     ap.add_argument("--notes", help="markdown appended to the results (analysis of a run)")
     ap.add_argument("--from-log", help="rebuild the results from a run's printed rows (a run "
                                        "stopped before its end still printed each case)")
+    ap.add_argument("--referee-only", action="store_true",
+                    help="run the measured referee (benchmarks/referee.py) alone, into the "
+                         "committed results")
     args = ap.parse_args()
+    if args.referee_only:
+        _referee_only()
+        return
     if args.case:
         run_case(args.case[0], int(args.case[1]), Path(args.out), args.solver)
         return
@@ -508,10 +545,11 @@ def main() -> None:
         print(json.dumps(row), flush=True)
     summary = summarise(rows)
     meta["finished"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    referee = None if args.only or args.hosts else _referee()
     payload = {"command": COMMAND, "meta": meta, "summary": summary, "cases": rows,
-               "case_timeout_s": CASE_TIMEOUT_S}
-    write_results("vs_torchrec", payload, markdown(rows, summary, meta))
-    print(markdown(rows, summary, meta))
+               "case_timeout_s": CASE_TIMEOUT_S, "referee": referee}
+    write_results("vs_torchrec", payload, markdown(rows, summary, meta, referee=referee))
+    print(markdown(rows, summary, meta, referee=referee))
 
 
 if __name__ == "__main__":
