@@ -63,7 +63,9 @@ def traffic_cost(t: PieceTraffic, hw: HardwareProfile) -> CostBreakdown:
         output_a2a=(t.out_fwd_intra + t.out_bwd_intra) / hw.eff_nvlink_bw
         + (t.out_fwd_inter + t.out_bwd_inter) / hw.eff_nic_bw,
         allreduce=t.allreduce / hw.eff_allreduce_bw
-        + latency.allreduce_latency_s(hw, t.allreduce_calls),
+        + latency.allreduce_latency_s(hw, t.allreduce_calls)
+        + (c.allreduce_table_hop_s * 2 * (hw.world_size - 1) if t.allreduce_calls > 0
+           else 0.0),
     )
 
 

@@ -46,6 +46,10 @@ class CostConstants:
     allreduce_call_latency_s, allreduce_hop_latency_s: alpha of a ring all-reduce, seconds
         per call and per ring hop (2 (W - 1) hops); nccl-tests' allreduce at 8 B on 8 GPUs
         takes ~20-25 us.
+    allreduce_table_hop_s: time per ring hop of each data-parallel table in a call beside the
+        call's own latency: the executor encodes, sends in one message, decodes and adds
+        each table's chunk apart. 0 in the presets (NCCL reduces DDP's flat bucket in one
+        pass); planner calibrate fits it.
     allreduce_bucket_bytes: data-parallel gradients are all-reduced in buckets of at most
         this many bytes, as DDP does (bucket_cap_mb = 25 MiB by default).
     host_piece_overhead_s: fixed time per step of each piece whose rows live in host memory
@@ -98,6 +102,7 @@ class CostConstants:
     backward_id_s: float = 0.0
     cache_probe_s: float = 0.0
     cache_step_s: float = 0.0
+    allreduce_table_hop_s: float = 0.0
     cache_slot_s: float = 0.0
 
 

@@ -23,7 +23,7 @@ TRUE = {
     "allreduce_call_latency_s": 4e-4, "allreduce_hop_latency_s": 1e-4, "inv_link_bw": 1 / 1e9,
     "host_piece_overhead_s": 2e-4, "inv_host_bw": 1 / 3e9, "inv_ssd_bw": 1 / 8e9,
     "update_row_s": 2e-7, "backward_id_s": 5e-8, "cache_probe_s": 1e-7,
-    "cache_step_s": 3e-4, "cache_slot_s": 5e-7,
+    "cache_step_s": 3e-4, "cache_slot_s": 5e-7, "allreduce_table_hop_s": 3e-5,
 }
 
 
@@ -64,9 +64,12 @@ def synthetic(noise: float, outliers: float, seed: int = 0) -> Measurements:
             m.alltoall.append({"world": w, "bytes": b, "seconds": t(
                 TRUE["a2a_call_latency_s"] + (w - 1) * TRUE["a2a_peer_latency_s"]
                 + b * TRUE["inv_link_bw"])})
-            m.allreduce.append({"world": w, "bytes": b, "seconds": t(
-                TRUE["allreduce_call_latency_s"] + 2 * (w - 1) * TRUE["allreduce_hop_latency_s"]
-                + b * TRUE["inv_link_bw"])})
+            for k in (1, 8):  # tables in the bucket
+                m.allreduce.append({"world": w, "bytes": b, "tables": k, "seconds": t(
+                    TRUE["allreduce_call_latency_s"]
+                    + 2 * (w - 1) * (TRUE["allreduce_hop_latency_s"]
+                                     + k * TRUE["allreduce_table_hop_s"])
+                    + b * TRUE["inv_link_bw"])})
     return m
 
 
@@ -191,6 +194,6 @@ def test_host_overhead_left_out_of_the_json_at_its_default() -> None:
     from planner.spec.hardware import ConstantsSpec
 
     for name in ("host_piece_overhead_s", "update_row_s", "backward_id_s", "cache_probe_s",
-                 "cache_step_s", "cache_slot_s"):
+                 "cache_step_s", "cache_slot_s", "allreduce_table_hop_s"):
         assert name not in ConstantsSpec().model_dump()
         assert ConstantsSpec(**{name: 1e-4}).model_dump()[name] == 1e-4

@@ -112,6 +112,10 @@ def _sync_of(device: torch.device) -> Callable[[], None]:
     return lambda: None
 
 
+# An all-reduce bucket of 1 table, and the same rows as 8 tables: a call's cost per table.
+ALLREDUCE_TABLES = (1, 8)
+
+
 # Stores of each shape, used in turn: a rank loops over its pieces, so a piece's rows, state
 # and ids are cold when its turn comes; one store timed over and over stays in the CPU's
 # caches and runs about 1.6 times faster than the same piece in a rank (measured).
@@ -337,9 +341,10 @@ def _collective_rank(rank: int, world: int, init_file: str, device_type: str,
             medians.append(timed(lambda send=send, m=m: comm.alltoall("a2a", send,
                                                                       [m] * world)))
         for r in cfg.allreduce_rows:
-            x = torch.zeros(r, 16, device=device)
-            medians.append(timed(lambda x=x: comm.ring_allreduce("ar", [x],
-                                                                 CommPrecision.FP32)))
+            for k in ALLREDUCE_TABLES:  # the same rows as k tables in one bucket
+                xs = [torch.zeros(max(1, r // k), 16, device=device) for _ in range(k)]
+                medians.append(timed(lambda xs=xs: comm.ring_allreduce("ar", xs,
+                                                                       CommPrecision.FP32)))
         # The ranks' mean of their own figures: each rank times its own calls, as the
         # executor's ranks do and as the model prices a GPU (the slowest rank's figure
         # counts a peer's late exit from the barrier: twice the mean at 64 B, measured).
@@ -391,10 +396,11 @@ def bench_collectives(cfg: BenchConfig, device_type: str, out: Measurements,
             # The model's input/output all-to-all bytes are what a GPU receives: W-1 blocks.
             out.alltoall.append({"world": world, "bytes": float((world - 1) * m),
                                  "seconds": t})
-        for r, t in zip(cfg.allreduce_rows, medians[k:], strict=True):
-            nbytes = r * 16 * 4
+        shapes = [(r, n) for r in cfg.allreduce_rows for n in ALLREDUCE_TABLES]
+        for (r, n), t in zip(shapes, medians[k:], strict=True):
+            nbytes = max(1, r // n) * n * 16 * 4
             out.allreduce.append({"world": world, "bytes": 2 * (world - 1) / world * nbytes,
-                                  "seconds": t})
+                                  "tables": n, "seconds": t})
         tick()
 
 

@@ -134,13 +134,13 @@ def register(app: typer.Typer) -> None:
                      "host_piece_overhead_s", "cache_step_s",
                      "cache_slot_s",
                      "a2a_call_latency_s", "a2a_peer_latency_s", "allreduce_call_latency_s",
-                     "allreduce_hop_latency_s"):
+                     "allreduce_hop_latency_s", "allreduce_table_hop_s"):
             fit = fits["kernels"]["constants"].get(name) or \
                 (fits["host"] or {"constants": {}})["constants"].get(name) or \
                 (fits["collectives"] or {"constants": {}})["constants"].get(name)
             interval = f"95% {fit['ci95'][0]:.3g} .. {fit['ci95'][1]:.3g}" if fit else \
                 f"{preset}'s"
-            print(f"  {name:26s} {c[name]:.3g} s  ({interval})")
+            print(f"  {name:26s} {c.get(name, 0.0):.3g} s  ({interval})")
         for k in ("kernels", "host", "collectives"):
             f = fits[k]
             if f is None:

@@ -114,19 +114,23 @@ def host_residuals_by_tier(m: Measurements, fit: FitResult) -> dict[str, dict[st
 
 
 def fit_collectives(m: Measurements) -> FitResult:
+    """All-to-all t = a2a_call + a2a_peer (W - 1) + bytes * inv_link; ring all-reduce of
+    k tables t = ar_call + ar_hop 2 (W - 1) + ar_table_hop k 2 (W - 1) + bytes * inv_link.
+    With one world size the per-peer and per-hop terms cannot be told from the call's."""
     a2a = to_arrays(m.alltoall, ("world", "bytes", "seconds"))
-    ar = to_arrays(m.allreduce, ("world", "bytes", "seconds"))
-    worlds = set(a2a[:, 0].tolist()) | set(ar[:, 0].tolist())
+    worlds = set(a2a[:, 0].tolist()) | {float(r["world"]) for r in m.allreduce}
     per_peer = len(worlds) > 1
     rows = []
     for w, b, _ in a2a:
-        rows.append([1.0, (w - 1) if per_peer else 0.0, 0.0, 0.0, b])
-    for w, b, _ in ar:
-        rows.append([0.0, 0.0, 1.0, 2 * (w - 1) if per_peer else 0.0, b])
+        rows.append([1.0, (w - 1) if per_peer else 0.0, 0.0, 0.0, 0.0, b])
+    for r in m.allreduce:
+        w, hops = float(r["world"]), 2 * (float(r["world"]) - 1)
+        rows.append([0.0, 0.0, 1.0, hops if per_peer else 0.0,
+                     float(r.get("tables", 1)) * hops, float(r["bytes"])])
     x = np.array(rows)
-    t = np.concatenate([a2a[:, 2], ar[:, 2]])
+    t = np.concatenate([a2a[:, 2], [float(r["seconds"]) for r in m.allreduce]])
     names = ("a2a_call_latency_s", "a2a_peer_latency_s", "allreduce_call_latency_s",
-             "allreduce_hop_latency_s", "inv_link_bw")
+             "allreduce_hop_latency_s", "allreduce_table_hop_s", "inv_link_bw")
     return _fit_seen_columns(x, t, names)
 
 
@@ -207,7 +211,7 @@ def build_profile(preset: str, m: Measurements, device: str, command: str
     fits = [f for f in (kern, hfit, coll) if f is not None]
     if coll is None:
         kept += ["a2a_call_latency_s", "a2a_peer_latency_s", "allreduce_call_latency_s",
-                 "allreduce_hop_latency_s"]
+                 "allreduce_hop_latency_s", "allreduce_table_hop_s"]
     for fit in fits:
         for name, value in zip(fit.names, fit.values, strict=True):
             if not name.startswith("inv_"):

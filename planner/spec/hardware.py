@@ -183,6 +183,11 @@ class ConstantsSpec(StrictModel):
     allreduce_hop_latency_s: Seconds = Field(
         _DEFAULT_CONSTANTS.allreduce_hop_latency_s, description=(
             "Latency of one hop of a ring all-reduce (2 (W - 1) hops a call), in seconds."))
+    allreduce_table_hop_s: Seconds = Field(
+        _DEFAULT_CONSTANTS.allreduce_table_hop_s, description=(
+            "Time per ring hop of each data-parallel table beside the call's latency (its "
+            "chunk encoded, decoded and added apart), in seconds (0: none; planner calibrate "
+            "fits it)."))
     allreduce_bucket_bytes: Annotated[int, Field(strict=True, ge=1, le=1 << 40)] = Field(
         _DEFAULT_CONSTANTS.allreduce_bucket_bytes, description=(
             "Largest data-parallel gradient bucket all-reduced in one call (DDP's "
@@ -222,7 +227,7 @@ class ConstantsSpec(StrictModel):
         (0: no term), so a request that does not set them hashes as before."""
         return drop_absent(handler(self), ("host_piece_overhead_s", "update_row_s",
                                            "backward_id_s", "cache_probe_s", "cache_step_s",
-                                           "cache_slot_s"),
+                                           "cache_slot_s", "allreduce_table_hop_s"),
                            absent=0.0)
 
 
