@@ -35,7 +35,7 @@ CASES: tuple[tuple[str, int, int, float, int], ...] = (
     ("deeprecsys_rm1", 2, 1, 0.001, 32),
     ("criteo_dcnv2", 1, 2, 0.0002, 32),
 )
-RUNS = 3  # per plan: the median of 3 keeps one slow run (a noisy neighbour) out
+RUNS = 5  # per plan, the median kept: single runs of one plan spread by up to 50% here
 STEPS, TIMED_STEPS = 3, 11
 
 
