@@ -311,6 +311,7 @@ def _collective_rank(rank: int, world: int, init_file: str, device_type: str,
     from planner.executor.comm import Comm, Heartbeat, Timer, pin_main_thread
     from planner.executor.compare import collective_figure
     torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True)  # as a rank runs (worker.py)
     backend = "nccl" if device_type == "cuda" else "gloo"
     device = torch.device("cuda", rank) if device_type == "cuda" else torch.device("cpu")
     dist.init_process_group(backend, init_method=f"file://{init_file}", rank=rank,
