@@ -287,8 +287,8 @@ def markdown(body: dict[str, Any]) -> str:
         "phase, compute as the rank thread's own CPU time (one thread per rank) and its "
         "median, collectives as wall time after an untimed barrier and their lower "
         f"quartile, over {TIMED_STEPS} timed steps (run after {STEPS} measured ones, the "
-        "memory probe stopped), each rank's own thread pinned to a core of its own "
-        f"(gloo's threads free); each plan executed {EXECUTIONS} times per run, the "
+        "memory probe stopped), each rank pinned to a core of its own (gloo's threads "
+        f"with it); each plan executed {EXECUTIONS} times per run, the "
         "execution with the median step reported; a plan's step time is its slowest "
         "rank's sum over the compared phases. Error = predicted / measured - 1.", ""]
     for tag, title in (("preset", "Before calibration (h100 preset)"),

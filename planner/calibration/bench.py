@@ -308,16 +308,16 @@ def _collective_rank(rank: int, world: int, init_file: str, device_type: str,
     mean of their figures (compare.collective_figure)."""
     import torch.distributed as dist
 
-    from planner.executor.comm import Comm, Heartbeat, Timer, pin_main_thread
+    from planner.executor.comm import Comm, Heartbeat, Timer, pin_rank
     from planner.executor.compare import collective_figure
     torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)  # as a rank runs (worker.py)
     backend = "nccl" if device_type == "cuda" else "gloo"
     device = torch.device("cuda", rank) if device_type == "cuda" else torch.device("cpu")
+    if device_type == "cpu":
+        pin_rank(rank, world)  # as the executor's CPU ranks run, gloo's threads with it
     dist.init_process_group(backend, init_method=f"file://{init_file}", rank=rank,
                             world_size=world)
-    if device_type == "cpu":
-        pin_main_thread(rank, world)  # as the executor's CPU ranks run
     try:
         hb = Heartbeat(Path(init_file).parent / f"heartbeat{rank}.txt")
         comm = Comm(rank, world, device, hb)

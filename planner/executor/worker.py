@@ -45,7 +45,7 @@ def run(run_dir: Path, rank: int, world: int, local_rank: int) -> dict:
     import torch
     import torch.distributed as dist
 
-    from planner.executor.comm import Comm, Heartbeat, pin_main_thread
+    from planner.executor.comm import Comm, Heartbeat, pin_rank
     from planner.executor.job import heartbeat_file, read_job, tensors_file
     from planner.executor.layout import exec_layout
     from planner.executor.rank import RankExecutor
@@ -69,10 +69,10 @@ def run(run_dir: Path, rank: int, world: int, local_rank: int) -> dict:
         backend = "gloo"
     hb = Heartbeat(heartbeat_file(run_dir, rank))
     hb.mark(-1, "init")
+    if opts.device != "cuda":
+        pin_rank(local_rank, world)  # before init: gloo's threads too
     dist.init_process_group(backend, rank=rank, world_size=world,
                             timeout=datetime.timedelta(seconds=opts.collective_timeout_s))
-    if opts.device != "cuda":
-        pin_main_thread(local_rank, world)
     try:
         comm = Comm(rank, world, device, hb)
         ex = RankExecutor(lay, rank, device, comm, opts, run_dir)
