@@ -217,8 +217,18 @@ def test_two_replicas_one_killed(tmp_path: Path, pg_url: str) -> None:
 
         # Solved once: one written result per job, no write fenced off, a second claim only
         # for a job the killed replica held, taken over after its lease expired.
-        events = _audit(audits["a"]) + _audit(audits["b"])
         dead = next(e["instance"] for e in _audit(audits["a"]))
+        # A live replica writes a job's audit line just after committing its result, so the
+        # database can say "succeeded" a moment before the line is there (seen once, under a
+        # loaded CI run): wait, bounded, for every job not written by the dead replica.
+        until = time.monotonic() + 15
+        while time.monotonic() < until:
+            logged = {e["job"] for e in _audit(audits["b"])
+                      if e["event"] == "finish" and e["written"]}
+            if all(j in logged or writers[j][0] == dead for j in load.acks.values()):
+                break
+            time.sleep(0.05)
+        events = _audit(audits["a"]) + _audit(audits["b"])
         written = Counter(e["job"] for e in events if e["event"] == "finish" and e["written"])
         # SIGKILL can land between a committed write and its audit line. Such a job is
         # accepted only when the database names the dead replica as its writer and that
