@@ -40,7 +40,7 @@ from typing import Any
 from benchmarks import RESULTS, write_results
 from planner.executor.compare import PHASES, spearman
 from planner.executor.job import RunOptions
-from planner.executor.run import execute
+from planner.executor.run import ExecutionReport, execute
 from planner.plan_model import Plan
 from planner.planning import plan
 from planner.presets import preset_dict
@@ -126,19 +126,30 @@ def plan_for(name: str, hardware: dict[str, Any], tag: str) -> tuple[Plan, Path]
     return p, path
 
 
+def warmup_for(p: Plan, scale: float, batch: int) -> int:
+    """Forward-only steps so the scaled plan's caches reach their steady state (at most
+    MAX_WARMUP)."""
+    from planner.executor.scale import scaled_plan
+    from planner.executor.warmup import warmup_steps
+
+    return min(MAX_WARMUP, warmup_steps(scaled_plan(p, scale, batch)))
+
+
+def timed_execution(p: Plan, scale: float, batch: int, warm: int) -> ExecutionReport:
+    """One `planner execute` of the plan scaled down, measured as this benchmark measures:
+    STEPS checked steps, then TIMED_STEPS timed ones (no reference check)."""
+    return execute(p, RunOptions(steps=STEPS, timed_steps=TIMED_STEPS, warmup_steps=warm,
+                                 collective_timeout_s=300),
+                   scale_rows=scale, batch=batch, timeout_s=900, reference=False)
+
+
 def run_plan(name: str, p: Plan) -> dict[str, Any]:
     """The plan executed EXECUTIONS times; the execution whose measured step (collectives in
     wall time) is the median of them is reported, every figure from that one."""
     _, _, _, _, _, _, scale, batch = PLANS[name]
-    from planner.executor.scale import scaled_plan
-    from planner.executor.warmup import warmup_steps
-
-    warm = min(MAX_WARMUP, warmup_steps(scaled_plan(p, scale, batch)))
+    warm = warmup_for(p, scale, batch)
     t0 = time.perf_counter()
-    reps = [execute(p, RunOptions(steps=STEPS, timed_steps=TIMED_STEPS, warmup_steps=warm,
-                                  collective_timeout_s=300),
-                    scale_rows=scale, batch=batch, timeout_s=900, reference=False)
-            for _ in range(EXECUTIONS)]
+    reps = [timed_execution(p, scale, batch, warm) for _ in range(EXECUTIONS)]
     steps = [r.compare["plan"]["measured_step_s"] for r in reps]
     rep = reps[sorted(range(len(reps)), key=lambda i: steps[i])[len(reps) // 2]]
     hit = next((ch for ch in rep.checks if ch.name.startswith("cache hit rate")), None)

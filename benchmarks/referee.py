@@ -9,11 +9,12 @@ keeps), it
 - imports TorchRec's plan (`layout_from_torchrec`) and scores it with our model
   (`evaluate`): the prediction beside the measurement;
 - runs both plans with `planner execute` on the same scaled-down job (the same fraction of
-  every table's rows, the same batch per rank, the same seed, so the same ids), measured
-  as benchmarks/fidelity.py measures (timed steps after the measured ones, compute in the
-  rank thread's CPU time, collectives in wall time after a barrier, their lower quartile),
-  `RUNS` times each, alternating, and reports each plan's measured step time (the slowest
-  rank's sum over the phases the model prices) and the ratio ours / TorchRec's.
+  every table's rows, the same batch per rank, the same seed, so the same ids), measured as
+  benchmarks/fidelity.py measures (`timed_execution`: timed steps after the measured ones,
+  compute in the rank thread's CPU time, collectives in wall time after a barrier, their
+  lower quartile), `RUNS` times each, alternating, and reports each plan's measured step
+  time (the slowest rank's sum over the phases the model prices) and the ratio ours /
+  TorchRec's.
 
 A plan TorchRec's planner cannot make, or that our executor cannot run, is reported with
 the reason, never dropped.
@@ -36,19 +37,12 @@ CASES: tuple[tuple[str, int, int, float, int], ...] = (
     ("criteo_dcnv2", 1, 2, 0.0002, 32),
 )
 RUNS = 5  # per plan, the median kept: single runs of one plan spread by up to 50% here
-STEPS, TIMED_STEPS = 3, 11
 
 
 def _measure(plan: Any, scale: float, batch: int) -> dict[str, Any]:
-    from planner.executor.job import RunOptions
-    from planner.executor.run import execute
-    from planner.executor.scale import scaled_plan
-    from planner.executor.warmup import warmup_steps
+    from benchmarks.fidelity import timed_execution, warmup_for
 
-    warm = min(40, warmup_steps(scaled_plan(plan, scale, batch)))
-    rep = execute(plan, RunOptions(steps=STEPS, timed_steps=TIMED_STEPS, warmup_steps=warm,
-                                   collective_timeout_s=300),
-                  scale_rows=scale, batch=batch, timeout_s=900, reference=False)
+    rep = timed_execution(plan, scale, batch, warmup_for(plan, scale, batch))
     pl = rep.compare["plan"]
     return {"measured_step_s": pl["measured_step_s"], "predicted_step_s": pl["predicted_step_s"],
             "checks_failed": [c.name for c in rep.checks if not c.ok]}

@@ -38,6 +38,7 @@ import numpy as np
 import torch
 
 from cost_models.sizes import optimizer_state_row_bytes
+from cost_models.traffic import PieceTraffic
 from cost_models.types import CommPrecision, Optimizer, Tier
 
 ID_BYTES = 8  # the executor's ids are int64
@@ -185,7 +186,7 @@ def bench_kernels(cfg: BenchConfig, device: torch.device, out: Measurements,
 
 
 def _host_traffic(rows: int, dim: int, pooling: int, batch: int, tier: Tier, ratio: float,
-                  opt: Optimizer) -> Any:
+                  opt: Optimizer) -> PieceTraffic:
     """What the cost model counts for a table-wise piece of this shape on one GPU
     (cost_models.traffic.piece_traffic's PieceTraffic, uniform ids as the benchmark draws
     them)."""
@@ -310,6 +311,7 @@ def _collective_rank(rank: int, world: int, init_file: str, device_type: str,
 
     from planner.executor.comm import Comm, Heartbeat, Timer, pin_rank
     from planner.executor.compare import collective_figure
+
     torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)  # as a rank runs (worker.py)
     backend = "nccl" if device_type == "cuda" else "gloo"
@@ -326,7 +328,7 @@ def _collective_rank(rank: int, world: int, init_file: str, device_type: str,
         # collective call itself, after an untimed barrier; not the packing around it.
         timer = Timer(device, defaultdict(float))
         comm.timer = timer
-        medians: list[float] = []
+        figures: list[float] = []
 
         def timed(fn: Callable[[], object]) -> float:
             timer.reset()
@@ -339,17 +341,17 @@ def _collective_rank(rank: int, world: int, init_file: str, device_type: str,
         for m in cfg.a2a_bytes:
             send = [None if d == rank else torch.zeros(m, dtype=torch.uint8)
                     for d in range(world)]
-            medians.append(timed(lambda send=send, m=m: comm.alltoall("a2a", send,
+            figures.append(timed(lambda send=send, m=m: comm.alltoall("a2a", send,
                                                                       [m] * world)))
         for r in cfg.allreduce_rows:
             for k in ALLREDUCE_TABLES:  # the same rows as k tables in one bucket
                 xs = [torch.zeros(max(1, r // k), 16, device=device) for _ in range(k)]
-                medians.append(timed(lambda xs=xs: comm.ring_allreduce("ar", xs,
+                figures.append(timed(lambda xs=xs: comm.ring_allreduce("ar", xs,
                                                                        CommPrecision.FP32)))
         # The ranks' mean of their own figures: each rank times its own calls, as the
         # executor's ranks do and as the model prices a GPU (the slowest rank's figure
         # counts a peer's late exit from the barrier: twice the mean at 64 B, measured).
-        mean = torch.tensor(medians, dtype=torch.float64)
+        mean = torch.tensor(figures, dtype=torch.float64)
         if device_type == "cuda":
             mean = mean.to(device)
         dist.all_reduce(mean, op=dist.ReduceOp.SUM)

@@ -68,7 +68,12 @@ def register(app: typer.Typer) -> None:
             bench_kernels,
             steps_of,
         )
-        from planner.calibration.profile import build_profile
+        from planner.calibration.profile import (
+            COLLECTIVE_NAMES,
+            HOST_NAMES,
+            KERNEL_NAMES,
+            build_profile,
+        )
         from planner.errors import BadInputError
         from planner.spec import HardwareSpec
         from planner.validation import validate_model
@@ -133,12 +138,8 @@ def register(app: typer.Typer) -> None:
         print(f"wrote {output} (and {side.name}) in {time.monotonic() - start:.1f} s")
         print("  effective bandwidths (GB/s): " + ", ".join(
             f"{k} {v:.3g}" if v else f"{k} not seen (preset's kept)" for k, v in eff.items()))
-        for name in ("piece_overhead_s", "update_launch_s", "update_row_s", "backward_id_s",
-                     "cache_probe_s",
-                     "host_piece_overhead_s", "cache_step_s",
-                     "cache_slot_s",
-                     "a2a_call_latency_s", "a2a_peer_latency_s", "allreduce_call_latency_s",
-                     "allreduce_hop_latency_s", "allreduce_table_hop_s"):
+        for name in (n for n in (*KERNEL_NAMES, *HOST_NAMES, *COLLECTIVE_NAMES)
+                     if not n.startswith("inv_")):
             fit = fits["kernels"]["constants"].get(name) or \
                 (fits["host"] or {"constants": {}})["constants"].get(name) or \
                 (fits["collectives"] or {"constants": {}})["constants"].get(name)

@@ -113,6 +113,10 @@ def host_residuals_by_tier(m: Measurements, fit: FitResult) -> dict[str, dict[st
     return out
 
 
+COLLECTIVE_NAMES = ("a2a_call_latency_s", "a2a_peer_latency_s", "allreduce_call_latency_s",
+                    "allreduce_hop_latency_s", "allreduce_table_hop_s", "inv_link_bw")
+
+
 def fit_collectives(m: Measurements) -> FitResult:
     """All-to-all t = a2a_call + a2a_peer (W - 1) + bytes * inv_link; ring all-reduce of
     k tables t = ar_call + ar_hop 2 (W - 1) + ar_table_hop k 2 (W - 1) + bytes * inv_link.
@@ -129,9 +133,7 @@ def fit_collectives(m: Measurements) -> FitResult:
                      float(r.get("tables", 1)) * hops, float(r["bytes"])])
     x = np.array(rows)
     t = np.concatenate([a2a[:, 2], [float(r["seconds"]) for r in m.allreduce]])
-    names = ("a2a_call_latency_s", "a2a_peer_latency_s", "allreduce_call_latency_s",
-             "allreduce_hop_latency_s", "allreduce_table_hop_s", "inv_link_bw")
-    return _fit_seen_columns(x, t, names)
+    return _fit_seen_columns(x, t, COLLECTIVE_NAMES)
 
 
 # The input format's largest bandwidth (planner/spec/hardware.py GBps), GB/s.
@@ -210,8 +212,7 @@ def build_profile(preset: str, m: Measurements, device: str, command: str
             consts["ssd_efficiency"] = ssd[1]
     fits = [f for f in (kern, hfit, coll) if f is not None]
     if coll is None:
-        kept += ["a2a_call_latency_s", "a2a_peer_latency_s", "allreduce_call_latency_s",
-                 "allreduce_hop_latency_s", "allreduce_table_hop_s"]
+        kept += [n for n in COLLECTIVE_NAMES if not n.startswith("inv_")]
     for fit in fits:
         for name, value in zip(fit.names, fit.values, strict=True):
             if not name.startswith("inv_"):

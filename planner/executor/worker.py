@@ -111,7 +111,6 @@ def run(run_dir: Path, rank: int, world: int, local_rank: int) -> dict:
 
 
 def _measurements(ex: "object", steps: int, device: "object") -> dict:
-
     from planner.executor.rank import RankExecutor
 
     assert isinstance(ex, RankExecutor)
