@@ -10,6 +10,7 @@ import functools
 import itertools
 import math
 import weakref
+from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import Enum
 
@@ -209,6 +210,38 @@ class _Coster:
         self.memory: dict[tuple[Tier, float, int, int], MemoryFootprint] = {}
         self.costed: dict[tuple[tuple[bool, bool], Tier, float, tuple[object, ...]],
                           _Costed] = {}
+        self.placed: dict[tuple[tuple[bool, bool], Tier, float, tuple[object, ...]],
+                          _GroupBytes] = {}
+
+    def _bytes(self, kind: ShardingType, tier: Tier, ratio: float, rows: int,
+               cols: int) -> tuple[int, int, int, int]:
+        """hbm (with the step buffers), ddr, ssd of one piece, and its step buffers."""
+        p, t = self.p, self.t
+        # Buffers differ by data-parallel, host-reduced (table-row-wise, grid) and by the
+        # cache's slots (cached tiers): the key holds what they read.
+        cached = tier in (Tier.HBM_CACHE, Tier.SSD)
+        bkey = (*_KIND_CLASS[kind], ratio if cached else None, rows, cols)
+        buf = self.buffers.get(bkey)
+        if buf is None:
+            buf = self.buffers[bkey] = placed_piece_buffers(
+                t.geom, kind, tier, ratio, rows, cols, p.hw, p.model).total
+        m = self.memory.get((tier, ratio, rows, cols))
+        if m is None:
+            m = self.memory[(tier, ratio, rows, cols)] = piece_memory(
+                t.geom, tier, ratio, rows, cols, p.hw)
+        return m.hbm + buf, m.ddr, m.ssd, buf
+
+    def group_bytes(self, prepared: "_Prepared", kind: ShardingType, tier: Tier,
+                    ratio: float | None) -> "_GroupBytes":
+        """A group's bytes alone (no time costed): what fitting and the certificates read."""
+        r = ratio if ratio is not None else 1.0
+        key = (_KIND_CLASS[kind], tier, r, prepared.key)
+        found = self.placed.get(key)
+        if found is None:
+            found = self.placed[key] = _GroupBytes.of(
+                [self._bytes(kind, tier, r, rows, cols)[:3] for rows, cols in prepared.shapes],
+                prepared)
+        return found
 
     def _shape(self, kind: ShardingType, tier: Tier, ratio: float, rows: int,
                cols: int) -> tuple[float, ...]:
@@ -219,25 +252,14 @@ class _Coster:
         if found is not None:
             return found
         p, t = self.p, self.t
-        # Buffers differ by data-parallel, host-reduced (table-row-wise, grid) and by the
-        # cache's slots (cached tiers): the key holds what they read.
-        cached = tier in (Tier.HBM_CACHE, Tier.SSD)
-        bkey = (*klass, ratio if cached else None, rows, cols)
-        buf = self.buffers.get(bkey)
-        if buf is None:
-            buf = self.buffers[bkey] = placed_piece_buffers(
-                t.geom, kind, tier, ratio, rows, cols, p.hw, p.model).total
-        m = self.memory.get((tier, ratio, rows, cols))
-        if m is None:
-            m = self.memory[(tier, ratio, rows, cols)] = piece_memory(
-                t.geom, tier, ratio, rows, cols, p.hw)
+        hbm, ddr, ssd, buf = self._bytes(kind, tier, ratio, rows, cols)
         traffic = piece_traffic(t.geom, kind, tier, ratio, rows, cols, p.hw, p.model)
         c = traffic_cost(traffic, p.hw)
         inter, rate = piece_sides(traffic)
         sides = (*inter.tolist(), *rate.tolist())
-        found = self.shapes[key] = (c.compute, c.comm, m.hbm + buf, m.ddr, m.ssd, *sides)
+        found = self.shapes[key] = (c.compute, c.comm, hbm, ddr, ssd, *sides)
         self.figures[key] = (c.lookup, c.backward, c.cache_miss, c.input_a2a, c.output_a2a,
-                             c.allreduce, m.hbm + buf, m.ddr, m.ssd, *sides, buf)
+                             c.allreduce, hbm, ddr, ssd, *sides, buf)
         return found
 
     def group(self, prepared: "_Prepared", kind: ShardingType, tier: Tier,
@@ -250,73 +272,103 @@ class _Coster:
             rows = [self._shape(kind, tier, r, rows, cols) for rows, cols in prepared.shapes]
             figures = tuple((shape, self.figures[(klass, tier, r, *shape)])
                             for shape in prepared.shapes)
-            found = self.costed[key] = _Costed.of(rows, prepared, figures)
+            found = self.costed[key] = _Costed.of(
+                rows, prepared, figures, self.group_bytes(prepared, kind, tier, ratio))
         return found
+
+
+@dataclass(frozen=True, eq=False)
+class _GroupBytes:
+    """One group's bytes per piece (hbm with its step buffers, ddr, ssd; shared by every group
+    with the same pieces' shapes) and what fitting and the totals read off them, taken once
+    from its distinct shapes (exact: integers)."""
+
+    hbm: np.ndarray
+    ddr: np.ndarray
+    ssd: np.ndarray
+    hbm_max: int
+    hbm_sum: int
+    ddr_sum: int
+    ssd_sum: int
+    ddr_max: int
+    ssd_max: int
+
+    @staticmethod
+    def of(values: list[tuple[int, int, int]], prepared: "_Prepared") -> "_GroupBytes":
+        counts, inverse = prepared.counts, prepared.inverse
+        if len(values) == 1:
+            (hbm, ddr, ssd), n = values[0], counts[0]
+            if inverse is None:  # one piece
+                arrays = [np.array([x], dtype=np.int64) for x in (hbm, ddr, ssd)]
+            else:
+                arrays = [_filled(n, x, np.int64) for x in (hbm, ddr, ssd)]
+            return _GroupBytes(*arrays, hbm, hbm * n, ddr * n, ssd * n, ddr, ssd)
+        assert inverse is not None
+        table = np.array(values, dtype=np.int64)
+        hbm_l, ddr_l, ssd_l = ([v[k] for v in values] for k in range(3))
+        return _GroupBytes(
+            table[:, 0][inverse], table[:, 1][inverse], table[:, 2][inverse], max(hbm_l),
+            sum(x * n for x, n in zip(hbm_l, counts, strict=True)),
+            sum(x * n for x, n in zip(ddr_l, counts, strict=True)),
+            sum(x * n for x, n in zip(ssd_l, counts, strict=True)), max(ddr_l), max(ssd_l))
+
+    def per_host(self, scope: Scope, hosts: int) -> tuple[int, int]:
+        """The most DDR and SSD bytes the group puts on one host."""
+        if scope is Scope.WORLD:  # piece i on rank i: hosts in rank order
+            # Bytes are never negative: a group without DDR (SSD) puts 0 on every host.
+            ddr = int(self.ddr.reshape(hosts, -1).sum(axis=1).max()) if self.ddr_sum else 0
+            ssd = int(self.ssd.reshape(hosts, -1).sum(axis=1).max()) if self.ssd_sum else 0
+            return ddr, ssd
+        if scope is Scope.GPU:  # each piece on a GPU of its own choice
+            return self.ddr_max, self.ssd_max
+        return self.ddr_sum, self.ssd_sum  # the whole group on one host
 
 
 @dataclass(frozen=True, eq=False)
 class _Costed:
     """One group's per-piece arrays (those of `Group`, shared by every group with the same
-    pieces' shapes), and what `_build` and `_fits_alone` read off them, taken once from its
-    distinct shapes: the same values the per-piece arrays give (maxima and byte sums are
-    exact; `comp_parts` and `comm_parts` sum exactly to the pieces' values, so math.fsum,
-    correctly rounded, gives the same sum over them as over the pieces)."""
+    pieces' shapes), and what `_build` reads off them, taken once from its distinct shapes:
+    the same values the per-piece arrays give (maxima are exact; `comp_parts` and
+    `comm_parts` sum exactly to the pieces' values, so math.fsum, correctly rounded, gives
+    the same sum over them as over the pieces)."""
 
     arrays: tuple[np.ndarray, ...]  # comp, comm, hbm, ddr, ssd, inter, rate
     comp_parts: tuple[float, ...]
     comm_parts: tuple[float, ...]
     max_sum: float  # largest comp + comm of a piece
     max_max: float  # largest max(comp, comm) of a piece
-    hbm_max: int
-    hbm_min: int
-    hbm_sum: int
-    ddr_sum: int
-    ssd_sum: int
-    ddr_max: int
-    ssd_max: int
+    bytes: _GroupBytes
     figures: tuple[tuple[tuple[int, int], tuple[float, ...]], ...]
 
     @staticmethod
     def of(rows: list[tuple[float, ...]], prepared: "_Prepared",
-           figures: tuple[tuple[tuple[int, int], tuple[float, ...]], ...]) -> "_Costed":
+           figures: tuple[tuple[tuple[int, int], tuple[float, ...]], ...],
+           placed: _GroupBytes) -> "_Costed":
         counts, inverse = prepared.counts, prepared.inverse
         if len(rows) == 1:
             r, n = rows[0], counts[0]
-            hbm, ddr, ssd = int(r[2]), int(r[3]), int(r[4])
             if inverse is None:  # one piece
-                arrays = (np.array([r[0]]), np.array([r[1]]),
-                          np.array([hbm], dtype=np.int64), np.array([ddr], dtype=np.int64),
-                          np.array([ssd], dtype=np.int64), np.array([r[5:8]]),
-                          np.array([r[8:11]]))
+                times = (np.array([r[0]]), np.array([r[1]]), np.array([r[5:8]]),
+                         np.array([r[8:11]]))
             else:
-                arrays = (_filled(n, r[0], np.float64), _filled(n, r[1], np.float64),
-                          _filled(n, hbm, np.int64), _filled(n, ddr, np.int64),
-                          _filled(n, ssd, np.int64), _filled((n, 3), r[5:8], np.float64),
-                          _filled((n, 3), r[8:11], np.float64))
-            return _Costed(arrays, _times(r[0], n), _times(r[1], n), r[0] + r[1],
-                           max(r[0], r[1]), hbm, hbm, hbm * n, ddr * n, ssd * n, ddr, ssd,
-                           figures)
+                times = (_filled(n, r[0], np.float64), _filled(n, r[1], np.float64),
+                         _filled((n, 3), r[5:8], np.float64),
+                         _filled((n, 3), r[8:11], np.float64))
+            return _Costed((times[0], times[1], placed.hbm, placed.ddr, placed.ssd, times[2],
+                            times[3]), _times(r[0], n), _times(r[1], n), r[0] + r[1],
+                           max(r[0], r[1]), placed, figures)
         assert inverse is not None
         costed = np.array(rows, dtype=np.float64)
-        # Byte counts are exact integers (< 2**53), so the float round trip is lossless.
-        as_int = costed[:, 2:5].astype(np.int64)
-        arrays = (costed[:, 0][inverse], costed[:, 1][inverse], as_int[:, 0][inverse],
-                  as_int[:, 1][inverse], as_int[:, 2][inverse], costed[:, 5:8][inverse],
-                  costed[:, 8:11][inverse])
-        hbm_l = [int(r[2]) for r in rows]
-        ddr_l = [int(r[3]) for r in rows]
-        ssd_l = [int(r[4]) for r in rows]
+        arrays = (costed[:, 0][inverse], costed[:, 1][inverse], placed.hbm, placed.ddr,
+                  placed.ssd, costed[:, 5:8][inverse], costed[:, 8:11][inverse])
         return _Costed(
             arrays,
             tuple(itertools.chain.from_iterable(
                 _times(r[0], n) for r, n in zip(rows, counts, strict=True))),
             tuple(itertools.chain.from_iterable(
                 _times(r[1], n) for r, n in zip(rows, counts, strict=True))),
-            max(r[0] + r[1] for r in rows), max(max(r[0], r[1]) for r in rows),
-            max(hbm_l), min(hbm_l), sum(x * n for x, n in zip(hbm_l, counts, strict=True)),
-            sum(x * n for x, n in zip(ddr_l, counts, strict=True)),
-            sum(x * n for x, n in zip(ssd_l, counts, strict=True)),
-            max(ddr_l), max(ssd_l), figures)
+            max(r[0] + r[1] for r in rows), max(max(r[0], r[1]) for r in rows), placed,
+            figures)
 
 
 def _filled(shape: int | tuple[int, int], value: object, dtype: type) -> np.ndarray:
@@ -488,7 +540,7 @@ def _shapes(problem: Problem, t: TableInfo) -> list[Shape]:
 def _build(problem: Problem, t: TableInfo, kind: ShardingType, scope: Scope,
            shape_groups: list[np.ndarray], tier: Tier, ratio: float | None,
            coster: "_Coster | None" = None,
-           prepared: "list[_Prepared] | None" = None) -> tuple[Candidate, list[_Costed]]:
+           prepared: "list[_Prepared] | None" = None) -> Candidate:
     coster = coster or _Coster(problem, t)
     prepared = prepared or [_prepare(geo) for geo in shape_groups]
     costed = [coster.group(pg, kind, tier, ratio) for pg in prepared]
@@ -503,17 +555,16 @@ def _build(problem: Problem, t: TableInfo, kind: ShardingType, scope: Scope,
         comm = math.fsum(itertools.chain.from_iterable(c.comm_parts for c in costed))
         figures = dict(itertools.chain.from_iterable(c.figures for c in costed))
     pipelined = problem.model.pipelined
-    cand = Candidate(
+    return Candidate(
         table=t.index, kind=kind, tier=tier, cache_ratio=ratio, scope=scope, groups=groups,
         work=comp + comm, comp_work=comp, comm_work=comm,
         max_piece=max(c.max_max if pipelined else c.max_sum for c in costed),
-        max_piece_hbm=max(c.hbm_max for c in costed),
-        hbm_total=sum(c.hbm_sum for c in costed),
-        ddr_total=sum(c.ddr_sum for c in costed),
-        ssd_total=sum(c.ssd_sum for c in costed),
+        max_piece_hbm=max(c.bytes.hbm_max for c in costed),
+        hbm_total=sum(c.bytes.hbm_sum for c in costed),
+        ddr_total=sum(c.bytes.ddr_sum for c in costed),
+        ssd_total=sum(c.bytes.ssd_sum for c in costed),
         figures=figures,
     )
-    return cand, costed
 
 
 def pareto_front(cands: list[Candidate]) -> list[Candidate]:
@@ -532,21 +583,15 @@ def pareto_front(cands: list[Candidate]) -> list[Candidate]:
     return [c for c, d in zip(cands, dominated, strict=True) if not d]
 
 
-def _fits_alone(problem: Problem, c: Candidate, costed: list[_Costed]) -> bool:
-    """Could this candidate be placed on an empty cluster? (Per-piece and per-host caps.)"""
+def _fits_alone(problem: Problem, scope: Scope, groups: list[_GroupBytes]) -> bool:
+    """Could a candidate with these groups be placed on an empty cluster? (Per-piece and
+    per-host caps.)"""
     hw = problem.hw
-    if c.max_piece_hbm > hw.hbm_cap:
+    if max(g.hbm_max for g in groups) > hw.hbm_cap:
         return False
-    for grp, cg in zip(c.groups, costed, strict=True):
-        # Bytes are never negative: a group without DDR (SSD) puts 0 on every host.
-        if c.scope is Scope.WORLD:
-            per_host_ddr = grp.ddr.reshape(hw.hosts, -1).sum(axis=1).max() if cg.ddr_sum else 0
-            per_host_ssd = grp.ssd.reshape(hw.hosts, -1).sum(axis=1).max() if cg.ssd_sum else 0
-        elif c.scope is Scope.GPU:
-            per_host_ddr, per_host_ssd = cg.ddr_max, cg.ssd_max
-        else:
-            per_host_ddr, per_host_ssd = cg.ddr_sum, cg.ssd_sum
-        if per_host_ddr > hw.ddr_cap or per_host_ssd > hw.ssd_cap:
+    for g in groups:
+        ddr, ssd = g.per_host(scope, hw.hosts)
+        if ddr > hw.ddr_cap or ssd > hw.ssd_cap:
             return False
     return True
 
@@ -556,19 +601,55 @@ def slow_tiers_needed(problem: Problem) -> bool:
     return hbm_need > SLOW_TIER_PRESSURE * problem.hw.world_size * problem.hw.hbm_cap
 
 
-# Each live problem's enumerations, by (table, slow tiers, keep unfit): planning's candidates
-# and the infeasibility certificates (planner/infeasibility.py) enumerate the same tables
-# with every tier, which at 10,000 tables on 8 GPUs took a third of an "infeasible" answer's
+@dataclass(frozen=True)
+class LeastBytes:
+    """Per axis, the fewest bytes any of a table's every-tier candidates that fit an empty
+    cluster holds (each axis at its own least), and how many such candidates there are."""
+
+    hbm: int
+    ddr: int
+    ssd: int
+    total: int  # hbm + ddr + ssd of one candidate, the least such sum
+    candidates: int
+
+
+@dataclass(frozen=True)
+class _Memo:
+    """One live problem's enumerations by (table, slow tiers, keep unfit), its tables'
+    costers (piece figures shared by both) and their least bytes."""
+
+    enumerated: dict[tuple[int, bool, bool], tuple[Candidate, ...]]
+    costers: dict[int, _Coster]
+    least: dict[int, LeastBytes | None]
+
+
+# Planning's candidates and the infeasibility certificates (planner/infeasibility.py) read the
+# same tables, which at 10,000 tables on 8 GPUs took a third of an "infeasible" answer's
 # time. Dropped with the problem (weakref.finalize runs before its id can be reused).
-_ENUMERATED: dict[int, dict[tuple[int, bool, bool], tuple[Candidate, ...]]] = {}
+_MEMOS: dict[int, _Memo] = {}
 
 
-def _enumerated(problem: Problem) -> dict[tuple[int, bool, bool], tuple[Candidate, ...]]:
-    memo = _ENUMERATED.get(id(problem))
+def _memo(problem: Problem) -> _Memo:
+    memo = _MEMOS.get(id(problem))
     if memo is None:
-        memo = _ENUMERATED[id(problem)] = {}
-        weakref.finalize(problem, _ENUMERATED.pop, id(problem), None)
+        memo = _MEMOS[id(problem)] = _Memo({}, {}, {})
+        weakref.finalize(problem, _MEMOS.pop, id(problem), None)
     return memo
+
+
+def _own(problem: Problem, t: TableInfo) -> bool:
+    """Whether `t` is the problem's own table object (memoized), not a copy."""
+    return 0 <= t.index < len(problem.tables) and problem.tables[t.index] is t
+
+
+def _coster(problem: Problem, t: TableInfo) -> _Coster:
+    if not _own(problem, t):
+        return _Coster(problem, t)
+    costers = _memo(problem).costers
+    found = costers.get(t.index)
+    if found is None:
+        found = costers[t.index] = _Coster(problem, t)
+    return found
 
 
 def enumerate_candidates(problem: Problem, t: TableInfo, slow_tiers: bool,
@@ -580,8 +661,8 @@ def enumerate_candidates(problem: Problem, t: TableInfo, slow_tiers: bool,
     tables are enumerated once per (slow_tiers, keep_unfit) while the problem lives (the
     candidates are immutable; each call gets its own list).
     """
-    if 0 <= t.index < len(problem.tables) and problem.tables[t.index] is t:
-        memo = _enumerated(problem)
+    if _own(problem, t):
+        memo = _memo(problem).enumerated
         key = (t.index, bool(slow_tiers), bool(keep_unfit))
         found = memo.get(key)
         if found is None:
@@ -590,27 +671,64 @@ def enumerate_candidates(problem: Problem, t: TableInfo, slow_tiers: bool,
     return _enumerate(problem, t, slow_tiers, keep_unfit)
 
 
-def _enumerate(problem: Problem, t: TableInfo, slow_tiers: bool,
-               keep_unfit: bool) -> list[Candidate]:
+def least_bytes(problem: Problem, t: TableInfo) -> LeastBytes | None:
+    """What min(x.hbm_total), min(x.ddr_total), ... over enumerate_candidates(problem, t,
+    slow_tiers=True) give (the Pareto front keeps each axis' least: a candidate that
+    dominates another has no more bytes on any axis), from the pieces' bytes alone, with no
+    time costed; `candidates` counts every fitting candidate, dominated ones included.
+    None: no candidate fits an empty cluster."""
+    if _own(problem, t):
+        memo = _memo(problem).least
+        if t.index not in memo:
+            memo[t.index] = _least_bytes(problem, t)
+        return memo[t.index]
+    return _least_bytes(problem, t)
+
+
+def _least_bytes(problem: Problem, t: TableInfo) -> LeastBytes | None:
+    coster = _coster(problem, t)
+    found: list[tuple[int, int, int]] = []
+    for kind, scope, prepared, tier, ratio in _options(problem, t, slow_tiers=True):
+        groups = [coster.group_bytes(pg, kind, tier, ratio) for pg in prepared]
+        if _fits_alone(problem, scope, groups):
+            found.append((sum(g.hbm_sum for g in groups), sum(g.ddr_sum for g in groups),
+                          sum(g.ssd_sum for g in groups)))
+    if not found:
+        return None
+    return LeastBytes(min(f[0] for f in found), min(f[1] for f in found),
+                      min(f[2] for f in found), min(sum(f) for f in found), len(found))
+
+
+def _options(problem: Problem, t: TableInfo, slow_tiers: bool
+             ) -> Iterator[tuple[ShardingType, Scope, list[_Prepared], Tier, float | None]]:
+    """The table's allowed (type, scope, prepared groups, tier, cache ratio), in
+    enumeration order: shapes the pins allow, crossed with the tiers (slower ones when
+    `slow_tiers` or the table is huge, and the fitting cache ratios beyond the grid)."""
     hw = problem.hw
     huge = t.bytes > SLOW_TIER_PRESSURE * hw.world_size * hw.hbm_cap
     tiers = _tier_options(t, slow_tiers or huge)
     tiers += _fitting_ratios(problem, t, tiers)
     pinned = set(t.constraints.pinned_ranks) if t.constraints.pinned_ranks else None
-    out: list[Candidate] = []
-    coster = _Coster(problem, t)
     for kind, scope, prepared in _shapes(problem, t):
-        shape = [pg.geometry for pg in prepared]
-        if pinned is not None and not _pins_allow(scope, shape, pinned, hw.gpus_per_host,
-                                                  hw.world_size):
+        if pinned is not None and not _pins_allow(scope, [pg.geometry for pg in prepared],
+                                                  pinned, hw.gpus_per_host, hw.world_size):
             continue
         for tier, ratio in tiers:
             if kind is ShardingType.DATA_PARALLEL and tier is not Tier.HBM:
                 continue
-            cand, costed = _build(problem, t, kind, scope, shape, tier, ratio, coster,
-                                  prepared)
-            if keep_unfit or _fits_alone(problem, cand, costed):
-                out.append(cand)
+            yield kind, scope, prepared, tier, ratio
+
+
+def _enumerate(problem: Problem, t: TableInfo, slow_tiers: bool,
+               keep_unfit: bool) -> list[Candidate]:
+    out: list[Candidate] = []
+    coster = _coster(problem, t)
+    for kind, scope, prepared, tier, ratio in _options(problem, t, slow_tiers):
+        # Fitting reads bytes alone: a candidate that cannot fit is never costed.
+        if keep_unfit or _fits_alone(problem, scope, [coster.group_bytes(pg, kind, tier, ratio)
+                                                      for pg in prepared]):
+            out.append(_build(problem, t, kind, scope, [pg.geometry for pg in prepared],
+                              tier, ratio, coster, prepared))
     return pareto_front(out)
 
 
@@ -653,4 +771,4 @@ def candidate_of_pieces(problem: Problem, t: TableInfo, kind: ShardingType, tier
         groups = [_geo([p for p in pieces if p[2] == c0]) for c0 in bands]
     else:
         groups = [_geo(pieces)]
-    return _build(problem, t, kind, scope, groups, tier, ratio)[0]
+    return _build(problem, t, kind, scope, groups, tier, ratio)

@@ -19,12 +19,11 @@ them with every tier on and nothing dropped for not fitting):
 every "infeasible" answer.
 """
 
-from collections.abc import Callable
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from planner.candidates import Candidate, Scope, enumerate_candidates
+from planner.candidates import Candidate, Scope, enumerate_candidates, least_bytes
 from planner.problem import Problem, TableInfo
 
 CertificateKind = Literal["step-buffers", "no-allowed-shape", "table", "pinned-set", "cluster",
@@ -71,30 +70,9 @@ def excess(problem: Problem, c: Candidate) -> tuple[int, str]:
 
 
 
-# Each table's candidates with every tier, computed once per certificate search: the table,
-# pinned-set and cluster arguments all read them (zionex_12t's 1,000 tables: 3 enumerations
-# took 90 s of a loaded machine's wall time).
-Leanest = Callable[[TableInfo], list[Candidate]]
-
-
-def _enumerator(problem: Problem, known: list[list[Candidate]] | None = None) -> Leanest:
-    """`known`: the tables' every-tier candidates, in table order, when the caller has them."""
-    seen: dict[str, list[Candidate]] = {}
-    if known is not None:
-        seen = {t.name: cs for t, cs in zip(problem.tables, known, strict=True)}
-
-    def every_tier(t: TableInfo) -> list[Candidate]:
-        if t.name not in seen:
-            seen[t.name] = enumerate_candidates(problem, t, slow_tiers=True)
-        return seen[t.name]
-
-    return every_tier
-
-
-def table_certificate(problem: Problem, t: TableInfo, cands: Leanest | None = None
-                      ) -> InfeasibilityCertificate | None:
+def table_certificate(problem: Problem, t: TableInfo) -> InfeasibilityCertificate | None:
     """A certificate that this table alone cannot be placed, or None if it can."""
-    if (cands or _enumerator(problem))(t):
+    if least_bytes(problem, t) is not None:
         return None
     # No candidate fits an empty cluster, so every one of these has a positive excess.
     every = every_candidate(problem, t)
@@ -124,22 +102,32 @@ def _cap_bytes(problem: Problem, cap: str) -> int:
 _AXES = ("HBM", "DDR", "SSD", "HBM+DDR+SSD")
 
 
-def _lean(problem: Problem, tables: list[TableInfo], cands: Leanest | None = None
-          ) -> tuple[list[int], int]:
+def _lean(problem: Problem, tables: list[TableInfo]) -> tuple[list[int], int]:
     """Per axis, the bytes the tables need at least (each table at its own least on that
-    axis), and the candidates seen."""
+    axis, from the pieces' bytes alone), and the fitting candidates that covers."""
     need, seen = [0, 0, 0, 0], 0
-    cands = cands or _enumerator(problem)
     for t in tables:
-        every = cands(t)
-        seen += len(every)
-        if not every:
+        least = least_bytes(problem, t)
+        if least is None:
             continue
-        need[0] += min(x.hbm_total for x in every)
-        need[1] += min(x.ddr_total for x in every)
-        need[2] += min(x.ssd_total for x in every)
-        need[3] += min(x.total_bytes for x in every)
+        seen += least.candidates
+        for k, x in enumerate((least.hbm, least.ddr, least.ssd, least.total)):
+            need[k] += x
     return need, seen
+
+
+def _lean_costed(problem: Problem, tables: list[TableInfo]) -> list[int]:
+    """_lean's need over the costed candidates themselves (enumerate_candidates, every tier):
+    the verifier's own arithmetic, apart from least_bytes'."""
+    need = [0, 0, 0, 0]
+    for t in tables:
+        every = enumerate_candidates(problem, t, slow_tiers=True)
+        if every:
+            need[0] += min(x.hbm_total for x in every)
+            need[1] += min(x.ddr_total for x in every)
+            need[2] += min(x.ssd_total for x in every)
+            need[3] += min(x.total_bytes for x in every)
+    return need
 
 
 def _capacity(problem: Problem, ranks: list[int]) -> list[int]:
@@ -150,9 +138,9 @@ def _capacity(problem: Problem, ranks: list[int]) -> list[int]:
 
 
 def _set_certificate(problem: Problem, tables: list[TableInfo], ranks: list[int],
-                     kind: CertificateKind, where: str, detail: str,
-                     cands: Leanest | None = None) -> InfeasibilityCertificate | None:
-    need, seen = _lean(problem, tables, cands)
+                     kind: CertificateKind, where: str, detail: str
+                     ) -> InfeasibilityCertificate | None:
+    need, seen = _lean(problem, tables)
     have = _capacity(problem, ranks)
     for axis, n, h in zip(_AXES, need, have, strict=True):
         if n > h:
@@ -179,17 +167,14 @@ def _buffers_certificate(problem: Problem) -> InfeasibilityCertificate | None:
                 f"{len(problem.tables)} tables leave no HBM for pieces: lower the batch"))
 
 
-def capacity_certificate(problem: Problem, every_tier: list[list[Candidate]] | None = None
-                         ) -> InfeasibilityCertificate | None:
+def capacity_certificate(problem: Problem) -> InfeasibilityCertificate | None:
     """The first capacity argument that holds: the step buffers, one table, a pinned set,
-    the whole cluster. `every_tier`: each table's candidates with every tier costed (as
-    enumerate_candidates(..., slow_tiers=True) gives them), when the caller has them."""
+    the whole cluster. Bytes alone decide them: no candidate's time is costed."""
     cert = _buffers_certificate(problem)
     if cert is not None:
         return cert
-    cands = _enumerator(problem, every_tier)
     for t in problem.tables:
-        cert = table_certificate(problem, t, cands)
+        cert = table_certificate(problem, t)
         if cert is not None:
             return cert
     pin_sets = sorted({tuple(sorted(t.constraints.pinned_ranks)) for t in problem.tables
@@ -198,11 +183,11 @@ def capacity_certificate(problem: Problem, every_tier: list[list[Candidate]] | N
         ranks = list(pins)
         cert = _set_certificate(problem, _pinned_inside(problem, ranks), ranks, "pinned-set",
                                 f"ranks {ranks} (their hosts for DDR and SSD)",
-                                "tables pinned inside these ranks, each at its least", cands)
+                                "tables pinned inside these ranks, each at its least")
         if cert is not None:
             return cert
     return _set_certificate(problem, list(problem.tables), list(range(problem.hw.world_size)),
-                            "cluster", "the cluster", "all tables, each at its least", cands)
+                            "cluster", "the cluster", "all tables, each at its least")
 
 
 def describe(cert: InfeasibilityCertificate) -> str:
@@ -238,7 +223,7 @@ def verify_certificate(problem: Problem, cert: InfeasibilityCertificate,
         if t is None:
             return [f"certificate names table '{cert.table}', which the request lacks"]
         again = table_certificate(problem, t)
-        if again is None:
+        if again is None or enumerate_candidates(problem, t, slow_tiers=True):
             errs.append(f"table '{cert.table}' has a candidate that fits an empty cluster")
         elif again != cert:
             errs.append(f"recomputed {again.model_dump()} differs from {cert.model_dump()}")
@@ -246,7 +231,7 @@ def verify_certificate(problem: Problem, cert: InfeasibilityCertificate,
         ranks = cert.ranks if cert.kind == "pinned-set" else list(range(problem.hw.world_size))
         tables = (_pinned_inside(problem, ranks) if cert.kind == "pinned-set"
                   else list(problem.tables))
-        need, _ = _lean(problem, tables)
+        need = _lean_costed(problem, tables)
         have = _capacity(problem, ranks)
         axis = cert.cap.split(" of ")[0]
         if axis not in _AXES:

@@ -104,6 +104,13 @@ def candidates_for(problem: Problem, slow: bool | None = None
     together pass the cluster's memory, every table gets them. "Infeasible" is raised only
     with a certificate (planner/infeasibility.py)."""
     slow = slow_tiers_needed(problem) if slow is None else slow
+    if slow:
+        # Every tier is about to be costed: first the capacity arguments, which read the
+        # pieces' bytes alone (10,000 tables on 8 GPUs: their step buffers alone pass the
+        # HBM, known before a single lookup or all-to-all is priced).
+        cert = capacity_certificate(problem)
+        if cert is not None:
+            raise _infeasible(problem, cert)
     cands = []
     for t in problem.tables:
         cs = enumerate_candidates(problem, t, slow)
@@ -112,15 +119,8 @@ def candidates_for(problem: Problem, slow: bool | None = None
         if not cs:
             raise _infeasible(problem)
         cands.append(cs)
-    if _short_of_memory(problem, cands):
-        if not slow:
-            return candidates_for(problem, slow=True)
-        raise _infeasible(problem, every_tier=cands)
-    if slow and _short_on_an_axis(problem, cands):
-        # Every tier costed and still short of the cluster's HBM, DDR or SSD: the cluster
-        # certificate holds now (10,000 tables on 8 GPUs: their step buffers alone pass the
-        # HBM), before four greedy passes, the priced start and the packing searches fail.
-        raise _infeasible(problem, every_tier=cands)
+    if not slow and _short_of_memory(problem, cands):
+        return candidates_for(problem, slow=True)
     return cands, slow
 
 
@@ -130,20 +130,10 @@ def _short_of_memory(problem: Problem, cands: list[list[Candidate]]) -> bool:
     return need > hw.world_size * hw.hbm_cap + hw.hosts * (hw.ddr_cap + hw.ssd_cap)
 
 
-def _short_on_an_axis(problem: Problem, cands: list[list[Candidate]]) -> bool:
-    """The tables' leanest candidates pass the cluster's HBM, DDR or SSD (the axes of
-    infeasibility's cluster certificate, each table at its least on that axis)."""
-    hw = problem.hw
-    have = (hw.world_size * hw.hbm_cap, hw.hosts * hw.ddr_cap, hw.hosts * hw.ssd_cap)
-    return any(sum(min(getattr(c, a) for c in cs) for cs in cands) > h
-               for a, h in zip(("hbm_total", "ddr_total", "ssd_total"), have, strict=True))
-
-
-def _infeasible(problem: Problem, cert: InfeasibilityCertificate | None = None,
-                every_tier: list[list[Candidate]] | None = None) -> InfeasibleError:
-    """The answer "infeasible", with its certificate (a capacity argument when none given;
-    `every_tier`: the tables' every-tier candidates, when already enumerated)."""
-    cert = cert or capacity_certificate(problem, every_tier)
+def _infeasible(problem: Problem, cert: InfeasibilityCertificate | None = None
+                ) -> InfeasibleError:
+    """The answer "infeasible", with its certificate (a capacity argument when none given)."""
+    cert = cert or capacity_certificate(problem)
     if cert is None:  # the callers only get here when a capacity argument holds
         raise AssertionError("infeasible without a certificate")
     log.info("infeasible: %s", describe(cert))
