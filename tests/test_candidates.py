@@ -109,3 +109,38 @@ def test_exact_products_sum_as_the_pieces() -> None:
             vals += [x] * n
             parts += _times(x, n)
         assert math.fsum(parts) == math.fsum(vals)
+
+
+@pytest.mark.parametrize(("fixture", "hosts", "hbm"), [
+    ("criteo_kaggle", 1, None), ("deeprecsys_rm3", 2, "800MiB"), ("hugectr_200", 2, "4GiB"),
+    ("criteo_dcnv2", 1, "1536MiB"), ("zionex_12t", 2, None)])
+def test_least_bytes_are_the_costed_candidates_minima(fixture: str, hosts: int,
+                                                       hbm: str | None) -> None:
+    """least_bytes (bytes alone, nothing costed) gives each axis' least over the costed,
+    Pareto-filtered every-tier candidates, and None exactly where none fits; small HBM caps
+    leave some candidates unfit, so the fit test is exercised too."""
+    from planner.candidates import least_bytes
+    from tests.conftest import fixture_request
+
+    req = fixture_request(fixture, hosts)
+    if hbm is not None:
+        req["hardware"]["overrides"] = {"gpu": {"hbm_capacity_bytes": hbm,
+                                                "hbm_reserved_bytes": "512MiB"}}
+    problem = build_problem(resolve(req))
+    # The candidates come from a problem of their own: no memoized costs shared.
+    costed = build_problem(resolve(req))
+    unfit = 0
+    for t, u in list(zip(problem.tables, costed.tables, strict=True))[:120]:
+        least = least_bytes(problem, t)
+        every = enumerate_candidates(costed, u, slow_tiers=True)
+        kept = enumerate_candidates(costed, u, slow_tiers=True, keep_unfit=True)
+        unfit += any(c.max_piece_hbm > costed.hw.hbm_cap for c in kept)
+        if least is None:
+            assert every == []
+            continue
+        assert (least.hbm, least.ddr, least.ssd, least.total) == (
+            min(c.hbm_total for c in every), min(c.ddr_total for c in every),
+            min(c.ssd_total for c in every), min(c.total_bytes for c in every))
+        assert least.candidates >= len(every)
+    if hbm is not None:
+        assert unfit > 0, "the small HBM left every candidate fitting: the test lost its edge"
