@@ -17,7 +17,7 @@ bound on the step's peak over its phases (see StepBuffers).
 import functools
 import itertools
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -164,6 +164,14 @@ class StepBuffers:
     def total(self) -> int:
         return self.held + self.transient
 
+    def with_workspace(self, workspace: int) -> "StepBuffers":
+        """These buffers with another workspace (dataclasses.replace, without its cost: the
+        planner asks once per cached piece shape and cache ratio)."""
+        return StepBuffers(
+            self.ids, self.pooled, self.grads, self.dense, self.dense_grad, self.blocks_fwd,
+            self.send_fwd, self.recv_fwd, self.decoded_fwd, self.kept_fwd, self.blocks_bwd,
+            self.send_bwd, self.recv_bwd, self.decoded_bwd, self.kept_bwd, workspace)
+
     def __add__(self, other: "StepBuffers") -> "StepBuffers":
         # Term by term; a sum's `transient` is not the sum of transients (see step_peak).
         o = other
@@ -175,11 +183,6 @@ class StepBuffers:
             self.blocks_bwd + o.blocks_bwd, self.send_bwd + o.send_bwd,
             self.recv_bwd + o.recv_bwd, self.decoded_bwd + o.decoded_bwd,
             self.kept_bwd + o.kept_bwd, self.workspace + o.workspace)
-
-
-_FIELDS = ("ids", "pooled", "grads", "dense", "dense_grad", "blocks_fwd", "send_fwd",
-           "recv_fwd", "decoded_fwd", "kept_fwd", "blocks_bwd", "send_bwd", "recv_bwd",
-           "decoded_bwd", "kept_bwd", "workspace")
 
 
 def _staging(rows: int, cols: int, precision: CommPrecision, block: int, send: bool,
@@ -352,8 +355,7 @@ def piece_buffers(table: TableGeom, data_parallel: bool, piece_rows: int, piece_
     if not cache_slots:
         return base
     # The re-admission is one more backward transient, beside the backward's workspace.
-    return replace(base, workspace=max(base.workspace,
-                                       _cache_admission(cache_slots, n_ids, u)))
+    return base.with_workspace(max(base.workspace, _cache_admission(cache_slots, n_ids, u)))
 
 
 # A piece shape is costed for each cache ratio of its tiers: what the slots do not change

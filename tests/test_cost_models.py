@@ -836,3 +836,17 @@ def test_owner_bytes_per_sample_by_hand() -> None:
     check_traffic(twrw, owner_ids=8.0, owner_out_fwd=8.0, owner_out_bwd=4.0)
     dp = traffic(tab, ShardingType.DATA_PARALLEL)
     check_traffic(dp, owner_ids=0.0, owner_out_fwd=0.0, owner_out_bwd=0.0)
+
+
+def test_step_buffers_positional_copies_match_their_fields() -> None:
+    """with_workspace and + build StepBuffers positionally: the field order they assume is
+    the dataclass's (dataclasses.replace and a per-field sum are the reference)."""
+    import dataclasses
+
+    from cost_models.memory import StepBuffers
+
+    names = [f.name for f in dataclasses.fields(StepBuffers)]
+    a = StepBuffers(*range(1, len(names) + 1))
+    b = StepBuffers(*(100 * k for k in range(1, len(names) + 1)))
+    assert a.with_workspace(7) == dataclasses.replace(a, workspace=7)
+    assert a + b == StepBuffers(**{n: getattr(a, n) + getattr(b, n) for n in names})
