@@ -15,7 +15,6 @@ bound on the step's peak over its phases (see StepBuffers).
 """
 
 import functools
-import itertools
 import math
 from dataclasses import dataclass
 
@@ -277,10 +276,11 @@ def distinct_rows_bound(table: TableGeom, n_ids: int) -> int:
     rows = table.rows
     if n_ids <= 0 or rows <= 0:
         return 0
-    expected = 0.0
-    for width, p in _bucket_rates(table.access, rows):
-        # `width` rows, each missed by all n ids with probability (1 - p)^n
-        expected += width * (1.0 if p >= 1.0 else -math.expm1(n_ids * math.log1p(-p)))
+    width, p = _bucket_rates(table.access, rows)
+    # Each of `width` rows is missed by all n ids with probability (1 - p)^n (p = 1: log1p
+    # gives -inf, so the row is touched surely).
+    with np.errstate(divide="ignore"):
+        expected = float(np.sum(width * -np.expm1(n_ids * np.log1p(-p))))
     bound = math.ceil(expected + ID_COUNT_SIGMAS * math.sqrt(max(expected, 1.0)))
     return min(rows, n_ids, bound)
 
@@ -288,17 +288,19 @@ def distinct_rows_bound(table: TableGeom, n_ids: int) -> int:
 # A table is bounded for two id counts (its replica's and its sharded pieces'): the buckets
 # and their mean rates, which do not depend on the ids, are made once.
 @functools.lru_cache(maxsize=1 << 12)
-def _bucket_rates(access: AccessModel, rows: int) -> tuple[tuple[int, float], ...]:
-    """(rows, mean per-row probability) of each of distinct_rows_bound's buckets."""
-    edges = sorted({0, rows, *(min(rows, round(rows ** (i / _DISTINCT_BUCKETS)))
-                               for i in range(_DISTINCT_BUCKETS + 1))})
-    shares = _shares(access, edges[1:], rows)
-    out = []
-    prev_share = 0.0
-    for (k0, k1), share in zip(itertools.pairwise(edges), shares, strict=True):
-        out.append((k1 - k0, min(max(share - prev_share, 0.0) / (k1 - k0), 1.0)))
-        prev_share = share
-    return tuple(out)
+def _bucket_rates(access: AccessModel, rows: int) -> tuple[np.ndarray, np.ndarray]:
+    """Rows and mean per-row probability of each of distinct_rows_bound's buckets, as
+    read-only arrays."""
+    edges = np.array(sorted({0, rows, *(min(rows, round(rows ** (i / _DISTINCT_BUCKETS)))
+                                        for i in range(_DISTINCT_BUCKETS + 1))}),
+                     dtype=np.int64)
+    shares = np.array([0.0, *_shares(access, edges[1:].tolist(), rows)])
+    width = np.diff(edges)
+    rate = np.minimum(np.maximum(np.diff(shares), 0.0) / width, 1.0)
+    width = width.astype(np.float64)
+    width.flags.writeable = False
+    rate.flags.writeable = False
+    return width, rate
 
 
 def backward_workspace(optimizer: Optimizer, n_ids: int, bags: int, rows: int,
