@@ -615,11 +615,11 @@ class LeastBytes:
 
 @dataclass(frozen=True)
 class _Memo:
-    """One live problem's enumerations by (table, slow tiers, keep unfit), its tables'
-    costers (piece figures shared by both) and their least bytes."""
+    """One live problem's enumerations by (table, slow tiers, keep unfit) and its tables'
+    least bytes. (Not its costers: holding 10,000 tables' piece figures slowed the garbage
+    collector's full passes by more than they saved.)"""
 
     enumerated: dict[tuple[int, bool, bool], tuple[Candidate, ...]]
-    costers: dict[int, _Coster]
     least: dict[int, LeastBytes | None]
 
 
@@ -632,7 +632,7 @@ _MEMOS: dict[int, _Memo] = {}
 def _memo(problem: Problem) -> _Memo:
     memo = _MEMOS.get(id(problem))
     if memo is None:
-        memo = _MEMOS[id(problem)] = _Memo({}, {}, {})
+        memo = _MEMOS[id(problem)] = _Memo({}, {})
         weakref.finalize(problem, _MEMOS.pop, id(problem), None)
     return memo
 
@@ -640,16 +640,6 @@ def _memo(problem: Problem) -> _Memo:
 def _own(problem: Problem, t: TableInfo) -> bool:
     """Whether `t` is the problem's own table object (memoized), not a copy."""
     return 0 <= t.index < len(problem.tables) and problem.tables[t.index] is t
-
-
-def _coster(problem: Problem, t: TableInfo) -> _Coster:
-    if not _own(problem, t):
-        return _Coster(problem, t)
-    costers = _memo(problem).costers
-    found = costers.get(t.index)
-    if found is None:
-        found = costers[t.index] = _Coster(problem, t)
-    return found
 
 
 def enumerate_candidates(problem: Problem, t: TableInfo, slow_tiers: bool,
@@ -686,7 +676,7 @@ def least_bytes(problem: Problem, t: TableInfo) -> LeastBytes | None:
 
 
 def _least_bytes(problem: Problem, t: TableInfo) -> LeastBytes | None:
-    coster = _coster(problem, t)
+    coster = _Coster(problem, t)
     found: list[tuple[int, int, int]] = []
     for kind, scope, prepared, tier, ratio in _options(problem, t, slow_tiers=True):
         groups = [coster.group_bytes(pg, kind, tier, ratio) for pg in prepared]
@@ -722,7 +712,7 @@ def _options(problem: Problem, t: TableInfo, slow_tiers: bool
 def _enumerate(problem: Problem, t: TableInfo, slow_tiers: bool,
                keep_unfit: bool) -> list[Candidate]:
     out: list[Candidate] = []
-    coster = _coster(problem, t)
+    coster = _Coster(problem, t)
     for kind, scope, prepared, tier, ratio in _options(problem, t, slow_tiers):
         # Fitting reads bytes alone: a candidate that cannot fit is never costed.
         if keep_unfit or _fits_alone(problem, scope, [coster.group_bytes(pg, kind, tier, ratio)

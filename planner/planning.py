@@ -13,6 +13,7 @@ from planner.candidates import (
     enumerate_candidates,
     slow_tiers_needed,
 )
+from planner.collector import collector_paused
 from planner.errors import InfeasibleError, NoPlanFoundError
 from planner.feasibility import FEASIBILITY_MIN_S, cpsat_feasible, memory_first, packing_search
 from planner.infeasibility import InfeasibilityCertificate, capacity_certificate, describe
@@ -397,6 +398,12 @@ def plan(request: PlanRequest | ResolvedRequest | dict[str, Any],
     table or cap, the bytes short, and a certificate) when no plan fits, and NoPlanFoundError
     when the budget ended with neither a plan nor a proof that none exists.
     """
+    with collector_paused():
+        return _plan(request, progress)
+
+
+def _plan(request: PlanRequest | ResolvedRequest | dict[str, Any],
+          progress: ProgressFn | None) -> Plan:
     req = resolve(request)
     problem = build_problem(req)
     cands, slow = candidates_for(problem)
