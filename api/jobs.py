@@ -90,6 +90,10 @@ class _Held:
     fence: int
     task: asyncio.Task[None]
     lost: bool = False  # the lease is gone (cancelled, or taken over): write nothing
+    # Its result is being written: the fenced write settles it, so no lease renewal may cancel
+    # it (a renewal that ran while the write committed saw the job no longer running, took
+    # that for a lost lease and cancelled the task between the commit and its audit line).
+    finishing: bool = False
 
 
 class JobRunner:
@@ -248,7 +252,8 @@ class JobRunner:
         loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(self.settings.lease_renew_s)
-            leases = {i: h.fence for i, h in self._held.items() if not h.lost}
+            leases = {i: h.fence for i, h in self._held.items()
+                      if not h.lost and not h.finishing}
             if not leases:
                 continue
             try:
@@ -260,7 +265,7 @@ class JobRunner:
                 continue
             for job_id in leases.keys() - kept:
                 held = self._held.get(job_id)
-                if held is None or held.fence != leases[job_id]:
+                if held is None or held.fence != leases[job_id] or held.finishing:
                     continue
                 held.lost = True
                 held.task.cancel()
@@ -444,6 +449,8 @@ class JobRunner:
             held = self._held.get(job_id)
             if held is not None and held.lost:
                 return
+            if held is not None:
+                held.finishing = True
             written = await asyncio.to_thread(self.store.finish, job_id, self.instance, fence,
                                               status, **fields)
             self._audit("finish", job_id, fence, status=status, written=written)

@@ -239,3 +239,36 @@ def test_solver_seconds_quota(store: Store) -> None:
     assert store.submit("k3", "{}", 1, 1.0, 99, client="team", client_solver_quota=quota)[1]
     store.cleanup(None, None, usage_older_than_s=0.0)
     assert store.solver_seconds("team", 1.5)[0] == pytest.approx(0.0, abs=0.01)
+
+
+def test_lease_renewal_never_cancels_a_job_whose_result_is_being_written() -> None:
+    """A renewal that runs while a finished job's fenced write commits finds the job no
+    longer running; it must not take that for a lost lease and cancel the task between the
+    commit and its audit line (seen under load in test_two_replicas_one_killed). A job that
+    is not finishing and missing from the renewal's answer is still stopped."""
+    import asyncio
+
+    from api.jobs import JobRunner, _Held
+    from api.metrics import Metrics
+
+    class Renewed:  # the store's answer: neither job is running under this lease any more
+        def renew(self, owner: str, ttl_s: float, leases: dict[str, int]) -> set[str]:
+            return set()
+
+    async def scenario() -> tuple[bool, bool]:
+        runner = JobRunner(ServiceSettings(lease_renew_s=0.02), Renewed(),  # type: ignore[arg-type]
+                           Metrics())
+        writing = asyncio.ensure_future(asyncio.sleep(5))
+        solving = asyncio.ensure_future(asyncio.sleep(5))
+        runner._held["writing"] = _Held(1, writing, finishing=True)
+        runner._held["solving"] = _Held(1, solving)
+        keeper = asyncio.ensure_future(runner._keep_leases())
+        await asyncio.sleep(0.2)
+        keeper.cancel()
+        cancelled = (writing.cancelled(), solving.cancelled())
+        writing.cancel()
+        await asyncio.gather(writing, solving, keeper, return_exceptions=True)
+        runner._lease_thread.shutdown()
+        return cancelled
+
+    assert asyncio.run(scenario()) == (False, True)
