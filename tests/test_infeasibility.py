@@ -128,3 +128,28 @@ def test_cli_infeasible_prints_the_certificate_reason_and_exits_3(tmp_path) -> N
                        timeout=120, check=False)
     assert r.returncode == 3, r.stderr
     assert "CP-SAT proved" in r.stderr and "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize(("hbm", "fits"), [("4GiB", False), ("8GiB", True)])
+def test_synthetic_tables_under_memory_pressure(hbm: str, fits: bool) -> None:
+    """A quick slice of benchmarks/plan_time's 10,000-table cases: 400 tables drawn by the
+    synthetic recipe on one host whose HBM forces slower tiers. Too small an HBM: "infeasible"
+    from the certificates tried before any time is costed (bytes alone), which the verifier
+    recomputes over the costed candidates; enough for the slower tiers: a plan that uses them
+    and passes the checker."""
+    from fixtures.make_fixtures import synthetic_tables
+
+    req = {"model": {"name": "pressure", "batch_size_per_gpu": 1024,
+                     "tables": synthetic_tables(400)},
+           "hardware": {"preset": "h100", "hosts": 1, "overrides": {
+               "gpu": {"hbm_capacity_bytes": hbm, "hbm_reserved_bytes": "1GiB"}}}}
+    if not fits:
+        with pytest.raises(InfeasibleError) as err:
+            plan(req)
+        cert = InfeasibilityCertificate.model_validate(err.value.certificate)
+        assert cert.kind == "cluster" and cert.short_bytes > 0
+        assert verify_certificate(_problem(req), cert) == []
+        return
+    p = plan(req)
+    assert check_plan(p).ok
+    assert set(p.summary.tables_per_tier) - {"hbm"}  # slower tiers were needed and used
