@@ -5,7 +5,8 @@ of digits are 422 problems (they were 500s), NaN is not a number, booleans are n
 (only `pipelined` takes one), and a body that is not JSON by its content type is 415.
 
 Slow clients (a server of their own, with short timeouts so the test stays short): 1,000
-connections that send half a header and stop: /healthz answers in < 100 ms throughout, the
+connections that send half a header and stop: /healthz answers in < 50 ms typically and
+never waits for their header timeout, the
 server's memory grows by little, connections past the cap are closed at once, and the
 half-open ones are closed when the header timeout passes; a body that stops arriving is 408;
 bodies held open just short of the limit share a byte budget (503 beyond it)."""
@@ -15,6 +16,7 @@ import json
 import selectors
 import signal
 import socket
+import statistics
 import threading
 import time
 from pathlib import Path
@@ -159,7 +161,12 @@ def test_slow_clients(tmp_path: Path) -> None:
         closed_s = time.monotonic() - t_open
         for s in extra:
             s.close()
-        assert max(latencies) < 0.100, sorted(latencies)[-5:]
+        # A loop blocked by the hanging connections would answer only after their header
+        # timeout (2 s); a loaded 2-CPU machine alone delays one request by ~0.1 s now and
+        # then (106 ms seen once in a CI-equivalent run), so the bound is between the two,
+        # and the typical request must stay fast.
+        assert max(latencies) < header_s / 4, sorted(latencies)[-5:]
+        assert statistics.median(latencies) < 0.050, sorted(latencies)
         assert grown_kib < 40 * 1024, f"server grew by {grown_kib} KiB"
         assert refused >= 150 - (cap - 1000), refused
         assert closed == 1000, closed
