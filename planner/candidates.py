@@ -245,7 +245,8 @@ class _Coster:
 
     def _shape(self, kind: ShardingType, tier: Tier, ratio: float, rows: int,
                cols: int) -> tuple[float, ...]:
-        """compute, comm, hbm, ddr, ssd, then 3 inter-host bytes and 3 owner rates."""
+        """compute, comm, then 3 inter-host bytes and 3 owner rates (the bytes are
+        group_bytes')."""
         klass = _KIND_CLASS[kind]
         key = (klass, tier, ratio, rows, cols)
         found = self.shapes.get(key)
@@ -257,7 +258,7 @@ class _Coster:
         c = traffic_cost(traffic, p.hw)
         inter, rate = piece_sides(traffic)
         sides = (*inter.tolist(), *rate.tolist())
-        found = self.shapes[key] = (c.compute, c.comm, hbm, ddr, ssd, *sides)
+        found = self.shapes[key] = (c.compute, c.comm, *sides)
         self.figures[key] = (c.lookup, c.backward, c.cache_miss, c.input_a2a, c.output_a2a,
                              c.allreduce, hbm, ddr, ssd, *sides, buf)
         return found
@@ -348,19 +349,19 @@ class _Costed:
         if len(rows) == 1:
             r, n = rows[0], counts[0]
             if inverse is None:  # one piece
-                times = (np.array([r[0]]), np.array([r[1]]), np.array([r[5:8]]),
-                         np.array([r[8:11]]))
+                times = (np.array([r[0]]), np.array([r[1]]), np.array([r[2:5]]),
+                         np.array([r[5:8]]))
             else:
                 times = (_filled(n, r[0], np.float64), _filled(n, r[1], np.float64),
-                         _filled((n, 3), r[5:8], np.float64),
-                         _filled((n, 3), r[8:11], np.float64))
+                         _filled((n, 3), r[2:5], np.float64),
+                         _filled((n, 3), r[5:8], np.float64))
             return _Costed((times[0], times[1], placed.hbm, placed.ddr, placed.ssd, times[2],
                             times[3]), _times(r[0], n), _times(r[1], n), r[0] + r[1],
                            max(r[0], r[1]), placed, figures)
         assert inverse is not None
         costed = np.array(rows, dtype=np.float64)
         arrays = (costed[:, 0][inverse], costed[:, 1][inverse], placed.hbm, placed.ddr,
-                  placed.ssd, costed[:, 5:8][inverse], costed[:, 8:11][inverse])
+                  placed.ssd, costed[:, 2:5][inverse], costed[:, 5:8][inverse])
         return _Costed(
             arrays,
             tuple(itertools.chain.from_iterable(
