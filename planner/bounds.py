@@ -21,6 +21,9 @@ same two bounds hold on P alone, with |P| GPUs (and P's share of HBM, DDR and SS
 of the cluster's; each distinct pin set is tried, with every table pinned inside it (the
 owner side of the all-to-alls is at least zero, so leaving it out keeps the bound valid). It
 is folded into balanced_s, which it never lowers.
+The owner-side bound (planner/owner_bound.py, not pipelined) adds what one GPU must carry
+whatever the plan: the busiest piece, every replica, and its samples' vectors from pieces on
+other hosts, traded against what its host can hold.
 None of this reads the plan the partitioner chose.
 """
 
@@ -30,6 +33,7 @@ import numpy as np
 
 from cost_models import step_fixed
 from planner.candidates import Candidate
+from planner.owner_bound import owner_bound
 from planner.problem import Problem
 from planner.relaxation import (
     candidate_matrix,
@@ -49,6 +53,8 @@ class LowerBound:
     prices: tuple[float, float, float]  # lambda for HBM, DDR, SSD, seconds per byte
     solver_s: float = 0.0  # CP-SAT's best bound on the exact model, when it ran
     pinned_s: float = 0.0  # the pinned-set part of balanced_s (0 without pins)
+    # The busiest piece's GPU with its replicas and owner side (planner/owner_bound.py).
+    owner_s: float = 0.0
 
     def with_solver(self, solver_s: float) -> "LowerBound":
         """Adopt the solver's bound where it is tighter (it is valid over the same space)."""
@@ -184,12 +190,14 @@ def lower_bound(problem: Problem, cands: list[list[Candidate]]) -> LowerBound:
         plain, priced, balanced, largest = plain + c, priced + c, balanced + c, largest + c
         pinned = pinned + c if pinned > 0 else pinned
     average = max(plain, priced)
+    owner = owner_bound(problem, cands)  # counts the fixed latency itself
     return LowerBound(
-        value_s=max(average, largest, balanced, pinned),
+        value_s=max(average, largest, balanced, pinned, owner),
         average_s=average,
         largest_piece_s=largest,
         balanced_s=max(balanced, pinned),
         memory_priced=priced > plain * (1 + 1e-9),
         prices=(float(prices[0]), float(prices[1]), float(prices[2])),
         pinned_s=pinned,
+        owner_s=owner,
     )
