@@ -10,7 +10,6 @@ and TorchRec's generators do), so every row range holds a proportional share of 
 
 import functools
 import math
-import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -21,20 +20,18 @@ import numpy as np
 _EM_HEAD = 1_000
 
 
-# k**-alpha for k = 1.._EM_HEAD, per alpha; the last _POWERS_KEPT alphas kept.
-_POWERS: dict[float, np.ndarray] = {}
-_POWERS_KEPT = 64
-_POWERS_LOCK = threading.Lock()  # the service plans in threads
+# zipf_powers' length: what generalized_harmonic's exact head and the cache policy's
+# row-by-row head (cache_policy._ZIPF_HEAD) read.
+ZIPF_POWERS = 4096
 
 
-def _powers(alpha: float) -> np.ndarray:
-    with _POWERS_LOCK:
-        got = _POWERS.get(alpha)
-        if got is None:
-            got = _POWERS[alpha] = np.arange(1, _EM_HEAD + 1, dtype=np.float64) ** -alpha
-            while len(_POWERS) > _POWERS_KEPT:
-                _POWERS.pop(next(iter(_POWERS)))
-        return got
+@functools.lru_cache(maxsize=512)
+def zipf_powers(alpha: float) -> np.ndarray:
+    """k ** -alpha for k = 1 .. ZIPF_POWERS, read-only, per alpha: tables of one alpha share
+    it (10,000 synthetic tables have 501 alphas; 512 arrays are 16 MiB)."""
+    powers = np.arange(1, ZIPF_POWERS + 1, dtype=np.float64) ** -alpha
+    powers.flags.writeable = False
+    return powers
 
 
 @functools.lru_cache(maxsize=65536)
@@ -49,9 +46,9 @@ def generalized_harmonic(n: int, alpha: float) -> float:
         return 0.0
     if n <= _EM_HEAD:
         # A prefix of one array per alpha, summed pairwise (as np.sum does).
-        return float(np.sum(_powers(alpha)[:n]))
+        return float(np.sum(zipf_powers(alpha)[:n]))
     m = _EM_HEAD
-    head = float(np.sum(_powers(alpha)[:m - 1]))
+    head = float(np.sum(zipf_powers(alpha)[:m - 1]))
     if math.isclose(alpha, 1.0):
         integral = math.log(n / m)
     else:

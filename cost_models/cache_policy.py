@@ -32,6 +32,7 @@ from cost_models.access import (
     UniformAccess,
     ZipfAccess,
     generalized_harmonic,
+    zipf_powers,
 )
 
 
@@ -44,7 +45,7 @@ class CachePolicy(StrEnum):
 DEFAULT_POLICY = CachePolicy.LFU
 
 # Zipf rows summed one by one before the bucketed integral takes over.
-_ZIPF_HEAD = 4096
+_ZIPF_HEAD = 4096  # at most access.ZIPF_POWERS
 # Tail buckets grow by this factor; each is integrated with _GL_NODES Gauss-Legendre nodes.
 _BUCKET_RATIO = 1.01
 _GL_NODES = 4
@@ -78,8 +79,7 @@ def rate_groups(access: AccessModel, rows: int) -> tuple[np.ndarray, np.ndarray]
 def _zipf_groups(rows: int, alpha: float) -> tuple[np.ndarray, np.ndarray]:
     total = generalized_harmonic(rows, alpha)
     head = min(rows, _ZIPF_HEAD)
-    k = np.arange(1, head + 1, dtype=np.float64)
-    p, n = [k**-alpha / total], [np.ones(head)]
+    p, n = [zipf_powers(alpha)[:head] / total], [np.ones(head)]
     if rows > head:
         # Row k stands for x in [k - 1/2, k + 1/2]: the sum over k > head is the integral of
         # x^-alpha from head + 1/2 to rows + 1/2 (midpoint rule; its error ~ f''/24 per row,

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from cost_models.access import AccessModel, ZipfAccess, generalized_harmonic
+from cost_models.access import AccessModel, ZipfAccess, generalized_harmonic, zipf_powers
 from cost_models.geometry import ModelGeom, TableGeom, cache_rows
 from cost_models.hardware import HardwareProfile
 from cost_models.sizes import comm_row_bytes, optimizer_state_row_bytes, weight_row_bytes
@@ -184,6 +184,24 @@ class StepBuffers:
             self.kept_bwd + o.kept_bwd, self.workspace + o.workspace)
 
 
+def _send_side(rows: int, cols: int, precision: CommPrecision) -> tuple[int, int]:
+    """(blocks, send) bytes of a sender of `rows` vectors (see _staging)."""
+    wire = rows * comm_row_bytes(precision, cols)
+    return (wire if precision is not CommPrecision.FP32 else 0), wire
+
+
+def _receive_side(rows: int, cols: int, precision: CommPrecision, block: int
+                  ) -> tuple[int, int, int]:
+    """(recv, decoded, kept) bytes of a receiver of `rows` vectors (see _staging)."""
+    row = comm_row_bytes(precision, cols)
+    wire = rows * row
+    quantized = precision is not CommPrecision.FP32
+    realign = wire if (block * row) % 8 else 0
+    decoded = realign + (rows * cols * POOLED_BYTES if quantized else 0)
+    kept = rows * cols * POOLED_BYTES if quantized else (realign or wire)
+    return wire, decoded, kept
+
+
 def _staging(rows: int, cols: int, precision: CommPrecision, block: int, send: bool,
              fwd: bool) -> StepBuffers:
     """One side of an all-to-all of `rows` vectors of `cols` columns (those that cross the
@@ -192,16 +210,13 @@ def _staging(rows: int, cols: int, precision: CommPrecision, block: int, send: b
     send buffer. A receiver gets the buffer, then decodes each block: below fp32 an fp32
     copy, at fp32 a view (of a realigned copy where a block's bytes are not a multiple of 8:
     a dtype view needs an aligned start), and keeps what it decoded."""
-    row = comm_row_bytes(precision, cols)
-    wire = rows * row
-    quantized = precision is not CommPrecision.FP32
-    d = "fwd" if fwd else "bwd"
     if send:
-        return StepBuffers(**{f"blocks_{d}": wire if quantized else 0, f"send_{d}": wire})
-    realign = wire if (block * row) % 8 else 0
-    decoded = realign + (rows * cols * POOLED_BYTES if quantized else 0)
-    kept = rows * cols * POOLED_BYTES if quantized else (realign or wire)
-    return StepBuffers(**{f"recv_{d}": wire, f"decoded_{d}": decoded, f"kept_{d}": kept})
+        blocks, wire = _send_side(rows, cols, precision)
+        return (StepBuffers(blocks_fwd=blocks, send_fwd=wire) if fwd else
+                StepBuffers(blocks_bwd=blocks, send_bwd=wire))
+    wire, decoded, kept = _receive_side(rows, cols, precision, block)
+    return (StepBuffers(recv_fwd=wire, decoded_fwd=decoded, kept_fwd=kept) if fwd else
+            StepBuffers(recv_bwd=wire, decoded_bwd=decoded, kept_bwd=kept))
 
 
 def bags_per_gpu(table: TableGeom, batch: int) -> int:
@@ -232,6 +247,7 @@ def _id_bound(table: TableGeom, batch: int, ranks: int, piece_rows: int) -> int:
 
 # Log-spaced row buckets over which distinct_rows_bound spreads a table's access curve.
 _DISTINCT_BUCKETS = 64
+_BUCKET_EXPONENTS = np.arange(_DISTINCT_BUCKETS + 1) / _DISTINCT_BUCKETS
 
 
 def _shares(access: AccessModel, edges: list[int], rows: int) -> list[float]:
@@ -245,7 +261,7 @@ def _shares(access: AccessModel, edges: list[int], rows: int) -> list[float]:
     a = access.alpha
     ks = np.asarray(edges, dtype=np.float64)
     head_n = int(min(edges[-1], _EM_HEAD))
-    prefix = np.cumsum(np.arange(1, head_n + 1, dtype=np.float64) ** -a)
+    prefix = np.cumsum(zipf_powers(a)[:head_n])
     h = np.zeros(len(ks))
     small = ks <= head_n
     h[small] = prefix[ks[small].astype(np.int64) - 1]
@@ -291,9 +307,9 @@ def distinct_rows_bound(table: TableGeom, n_ids: int) -> int:
 def _bucket_rates(access: AccessModel, rows: int) -> tuple[np.ndarray, np.ndarray]:
     """Rows and mean per-row probability of each of distinct_rows_bound's buckets, as
     read-only arrays."""
-    edges = np.array(sorted({0, rows, *(min(rows, round(rows ** (i / _DISTINCT_BUCKETS)))
-                                        for i in range(_DISTINCT_BUCKETS + 1))}),
-                     dtype=np.int64)
+    # rows ** (i / _DISTINCT_BUCKETS) rounded half to even, at most rows, with 0 and rows.
+    powers = np.minimum(rows, np.round(np.power(float(rows), _BUCKET_EXPONENTS)))
+    edges = np.unique(np.concatenate([[0, rows], powers.astype(np.int64)]))
     shares = np.array([0.0, *_shares(access, edges[1:].tolist(), rows)])
     width = np.diff(edges)
     rate = np.minimum(np.maximum(np.diff(shares), 0.0) / width, 1.0)
@@ -375,16 +391,18 @@ def _sharded_piece_buffers(table: TableGeom, piece_rows: int, piece_cols: int, w
     pooled = bags * piece_cols * POOLED_BYTES
     # Its own rank's nb vectors do not cross the wire (host-reduced pieces: (g - 1) x hosts
     # x nb in the host stage plus (hosts - 1) x nb across hosts, the same W - 1 blocks).
-    staging = (_staging(bags - nb, piece_cols, model.fwd_precision, nb, True, True)
-               + _staging(bags - nb, piece_cols, model.bwd_precision, nb, False, False))
+    # (As _staging's sender forward plus receiver backward, built as one StepBuffers.)
+    blocks, send = _send_side(bags - nb, piece_cols, model.fwd_precision)
+    recv, decoded, kept = _receive_side(bags - nb, piece_cols, model.bwd_precision, nb)
     n_ids = _id_bound(table, b, world, piece_rows)
     ids = (n_ids + 2 * bags) * DEVICE_INDEX_BYTES
     # The piece's distinct rows are at most the whole table's under all the step's ids.
     u = min(piece_rows, n_ids, distinct_rows_bound(table, world * round(b * table.pooling)))
-    return staging + StepBuffers(
-        ids=ids, pooled=pooled, grads=pooled + host_samples * piece_cols * POOLED_BYTES,
-        workspace=backward_workspace(table.optimizer, n_ids, bags, piece_rows, u,
-                                     piece_cols, u)), n_ids, u
+    return StepBuffers(
+        ids, pooled, pooled + host_samples * piece_cols * POOLED_BYTES, 0, 0, blocks, send,
+        0, 0, 0, 0, 0, recv, decoded, kept,
+        backward_workspace(table.optimizer, n_ids, bags, piece_rows, u, piece_cols, u)
+    ), n_ids, u
 
 
 def _cache_admission(cache_slots: int, n_ids: int, u: int) -> int:
