@@ -61,7 +61,9 @@ def _touched(access: AccessModel, rows: int, lookups: float
     """(rows of each rate group, the chance that a row of it is touched); read-only."""
     p, n = rate_groups(access, rows)
     # 1 - (1-p)^k as -expm1(k log1p(-p)): exact for p near 1, no cancellation for tiny p.
-    touched = -np.expm1(lookups * np.log1p(-np.minimum(p, 1.0)))
+    # p = 1 (a one-row table): log1p gives -inf, and the row is touched surely (lookups > 0).
+    with np.errstate(divide="ignore"):
+        touched = -np.expm1(lookups * np.log1p(-np.minimum(p, 1.0)))
     touched.flags.writeable = False
     return n, touched
 
