@@ -3,8 +3,10 @@
 The average and balanced bounds (planner/bounds.py) spread work evenly; on several hosts they
 miss what a single GPU must carry whatever the plan: its own samples' pooled vectors from the
 pieces on other hosts (the owner side, cost_models/placement.py), and a replica of every
-data-parallel table. This bound holds for every plan of the candidate space when the step is
-not pipelined (a GPU's time is compute + communication); it is 0 otherwise.
+data-parallel table. It holds for every plan of the candidate space. Below, a GPU's time is
+compute + communication; when the step is pipelined (max(compute, communication)) the same
+argument runs on communication alone (load = comm, fixed = the fixed communication) and on
+compute alone (no NIC terms), each a floor of the max, and the larger is taken.
 
 Take any plan and any table a (the anchor). Let r be the GPU of the heaviest piece P of a's
 chosen candidate, h its host (G GPUs), M the plan's step time. Per piece p write load_p =
@@ -103,7 +105,8 @@ class _Flat:
     w_heavy_host: np.ndarray  # (K,) host of the heaviest piece
 
 
-def _flatten(cands: list[list[Candidate]], problem: Problem) -> _Flat | None:
+def _flatten(cands: list[list[Candidate]], problem: Problem, side: str) -> _Flat | None:
+    """`side`: "total" (compute + communication), "comm" or "comp" (pipelined steps)."""
     hw = problem.hw
     h, g, w = hw.hosts, hw.gpus_per_host, hw.world_size
     # World candidates alone can pass the limit (one piece per GPU each): counted first.
@@ -128,9 +131,12 @@ def _flatten(cands: list[list[Candidate]], problem: Problem) -> _Flat | None:
     comms = [grp.comm for grp in groups]
     inters = [np.asarray(grp.inter).reshape(-1, 3) for grp in groups]
     rates = [np.asarray(grp.rate).reshape(-1, 3) for grp in groups]
-    load = np.concatenate(comps) + np.concatenate(comms)
+    comp, comm = np.concatenate(comps), np.concatenate(comms)
+    load = comp + comm if side == "total" else comm if side == "comm" else comp
     nic = np.concatenate(inters) / nic_bw
     own = np.concatenate(rates) * per_sample
+    if side == "comp":  # no NIC in a GPU's compute
+        nic, own = np.zeros_like(nic), np.zeros_like(own)
     nonnic = load - nic.sum(axis=1)
     starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
     # Each candidate's heaviest piece: the first at its largest load.
@@ -205,24 +211,31 @@ def _neighbours(p: _Point) -> list[_Point]:
 
 
 def owner_bound(problem: Problem, cands: list[list[Candidate]]) -> float:
-    """The bound of the module docstring, seconds; 0 when the step is pipelined (or the
-    candidates too many to hold as arrays)."""
-    if problem.model.pipelined or not cands:
+    """The bound of the module docstring, seconds (0 when the candidates are too many to hold
+    as arrays)."""
+    if not cands:
         return 0.0
+    fixed = step_fixed(problem.hw)
+    if not problem.model.pipelined:
+        return _side_bound(problem, cands, "total", fixed.compute + fixed.comm)
+    return max(_side_bound(problem, cands, "comm", fixed.comm),
+               _side_bound(problem, cands, "comp", fixed.compute))
+
+
+def _side_bound(problem: Problem, cands: list[list[Candidate]], side: str,
+                fixed_s: float) -> float:
     hw = problem.hw
     g, hosts, w = hw.gpus_per_host, hw.hosts, hw.world_size
-    f = _flatten(cands, problem)
+    f = _flatten(cands, problem, side)
     if f is None:
         return 0.0
-    fixed = step_fixed(hw)
-    fixed_s = fixed.compute + fixed.comm
     t_start = np.flatnonzero(np.r_[True, f.table[1:] != f.table[:-1]])
     seen: dict[_Point, float] = {}
 
     def value(p: _Point) -> float:
         if p not in seen:
             theta, m, v, ho = p
-            if hosts == 1:  # no owner side: theta and the host's owner part play no part
+            if hosts == 1 or side == "comp":  # no owner side: theta and ho play no part
                 theta, ho = (0.0, 0.0, 0.0), False
             mu, nu = m / g, v / w
             cost, anchor = _values(f, np.array(theta), mu, nu, ho, hosts, g)

@@ -4,13 +4,15 @@ Every plan of the candidate space must have a step time at or above the bound. T
 here are drawn at random from the scopes' definitions (candidates.py), then improved by a
 random descent over candidates and placements, and scored by LoadState (the loads every
 plan's step time comes from); memory caps are ignored, as the bound ignores them, so the
-plans are at least as good as any that fit.
+plans are at least as good as any that fit. Pipelined steps (a GPU's time the larger of
+compute and communication) and sequential ones alike.
 """
 
 import itertools
 from typing import Any
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -72,9 +74,9 @@ def _descent(problem: Problem, cands: list[list[Candidate]], seed: int, steps: i
 
 
 def _request(hosts: int, g: int, tabs: list[dict[str, Any]], batch: int,
-             precision: str) -> dict[str, Any]:
+             precision: str, pipelined: bool = False) -> dict[str, Any]:
     return {"model": {"batch_size_per_gpu": batch, "fwd_comm_precision": precision,
-                      "tables": tabs},
+                      "pipelined": pipelined, "tables": tabs},
             "hardware": {"preset": "h100", "hosts": hosts,
                          "overrides": {"gpus_per_host": g}}}
 
@@ -98,7 +100,7 @@ def requests(draw: Any) -> dict[str, Any]:
                             "memory_tiers": ["hbm"]},
         })
     return _request(hosts, g, tabs, draw(st.sampled_from([256, 4096])),
-                    draw(st.sampled_from(["fp32", "fp16"])))
+                    draw(st.sampled_from(["fp32", "fp16"])), draw(st.booleans()))
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -115,7 +117,8 @@ def test_owner_bound_is_below_every_plan_found(req: dict[str, Any], seed: int) -
     assert p.summary.lower_bound_s <= p.summary.step_time_s * (1 + REL)
 
 
-def test_owner_bound_below_the_exhaustive_optimum() -> None:
+@pytest.mark.parametrize("pipelined", [False, True])
+def test_owner_bound_below_the_exhaustive_optimum(pipelined: bool) -> None:
     """Two hosts of two GPUs, three tables, every candidate and every placement."""
     tabs = [{"name": f"t{i}", "num_embeddings": r, "embedding_dim": d, "pooling_factor": pf,
              "constraints": {"memory_tiers": ["hbm"],
@@ -124,7 +127,7 @@ def test_owner_bound_below_the_exhaustive_optimum() -> None:
             for i, (r, d, pf) in enumerate([(5_000_000, 128, 30.0), (2_000, 64, 4.0),
                                             (300, 128, 1.0)])]
     tabs[2]["constraints"]["sharding_types"] = ["table_wise", "data_parallel"]
-    problem = build_problem(resolve(_request(2, 2, tabs, 4096, "fp16")))
+    problem = build_problem(resolve(_request(2, 2, tabs, 4096, "fp16", pipelined)))
     cands, _ = candidates_for(problem)
     g, w = 2, 4
     options = []
