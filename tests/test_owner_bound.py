@@ -2,9 +2,10 @@
 
 Every plan of the candidate space must have a step time at or above the bound. The plans
 here are drawn at random from the scopes' definitions (candidates.py), then improved by a
-random descent over candidates and placements, and scored by LoadState (the loads every
-plan's step time comes from); memory caps are ignored, as the bound ignores them, so the
-plans are at least as good as any that fit. Pipelined steps (a GPU's time the larger of
+random descent over candidates and placements (benchmarks/bound_falsify.py, whose longer
+runs are committed), and scored by LoadState (the loads every plan's step time comes from);
+memory caps are ignored, as the bound ignores them, so the plans are at least as good as any
+that fit. Pipelined steps (a GPU's time the larger of
 compute and communication) and sequential ones alike.
 """
 
@@ -16,61 +17,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from benchmarks.bound_falsify import descent, makespan
 from planner import plan
 from planner.bounds import lower_bound
-from planner.candidates import Candidate, Scope
+from planner.candidates import Scope
 from planner.owner_bound import owner_bound
-from planner.partition.state import LoadState
 from planner.planning import candidates_for, resolve
-from planner.problem import Problem, build_problem
+from planner.problem import build_problem
 
 REL = 1e-9
-
-
-def _placement(c: Candidate, g: int, w: int, rng: np.random.Generator) -> list[np.ndarray]:
-    hosts = w // g
-    out = []
-    for grp in c.groups:
-        k = len(grp)
-        if c.scope is Scope.WORLD:
-            out.append(np.arange(w))
-        elif c.scope is Scope.GPU:
-            out.append(np.array([rng.integers(w)]))
-        elif c.scope is Scope.HOST_FIXED:
-            out.append(rng.integers(hosts) * g + np.arange(k))
-        else:
-            out.append(rng.integers(hosts) * g + rng.permutation(g)[:k])
-    return out
-
-
-def _makespan(problem: Problem, plan_: list[tuple[Candidate, list[np.ndarray]]]) -> float:
-    s = LoadState(problem.hw, problem.model)
-    for cand, ranks in plan_:
-        for grp, r in zip(cand.groups, ranks, strict=True):
-            s.apply(grp, r)
-    return float(s.load().max())
-
-
-def _descent(problem: Problem, cands: list[list[Candidate]], seed: int, steps: int
-             ) -> list[float]:
-    """Makespans of a random plan and of each improvement a random descent finds."""
-    rng = np.random.default_rng(seed)
-    g, w = problem.hw.gpus_per_host, problem.hw.world_size
-    cur = []
-    for cs in cands:
-        c = cs[rng.integers(len(cs))]
-        cur.append((c, _placement(c, g, w, rng)))
-    best = _makespan(problem, cur)
-    seen = [best]
-    for _ in range(steps):
-        t = int(rng.integers(len(cands)))
-        c = cands[t][rng.integers(len(cands[t]))] if rng.random() < 0.5 else cur[t][0]
-        trial = [*cur[:t], (c, _placement(c, g, w, rng)), *cur[t + 1:]]
-        m = _makespan(problem, trial)
-        if m < best:
-            cur, best = trial, m
-            seen.append(m)
-    return seen
 
 
 def _request(hosts: int, g: int, tabs: list[dict[str, Any]], batch: int,
@@ -110,7 +65,7 @@ def test_owner_bound_is_below_every_plan_found(req: dict[str, Any], seed: int) -
     cands, _ = candidates_for(problem)
     bound = owner_bound(problem, cands)
     assert bound > 0
-    for m in _descent(problem, cands, seed, steps=300):
+    for m in descent(problem, cands, seed, steps=300):
         assert bound <= m * (1 + REL), (bound, m)
     p = plan(req)
     assert bound <= p.summary.step_time_s * (1 + REL)
@@ -148,7 +103,7 @@ def test_owner_bound_below_the_exhaustive_optimum(pipelined: bool) -> None:
                                       for p in itertools.permutations(range(g), k)])
             opts += [(c, list(p)) for p in itertools.product(*per_group)]
         options.append(opts)
-    best = min(_makespan(problem, list(choice)) for choice in itertools.product(*options))
+    best = min(makespan(problem, list(choice)) for choice in itertools.product(*options))
     bound = owner_bound(problem, cands)
     assert 0 < bound <= best * (1 + REL), (bound, best)
 
