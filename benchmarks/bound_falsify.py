@@ -6,10 +6,10 @@ candidates, computes the whole analytic bound (planner.bounds.lower_bound, the o
 bound planner/owner_bound.py included), then draws a random plan from the scopes'
 definitions (candidates.py: a GPU-scope piece on any GPU, a host-scope group on one host, a
 world-scope group piece i on rank i), improves it by a random descent over candidates and
-placements, and scores every plan it keeps with LoadState (the loads every step time comes
-from). Memory caps are ignored, as the owner-side bound ignores them: the plans are at least
-as good as any that fit, but only the owner-side bound is then held to them (the other
-bounds price memory). Our own plan is held to the whole bound.
+placements, and scores every plan it keeps with planner.partition.cpsat.makespan (the
+loads every step time comes from). Memory caps are ignored, as the owner-side bound ignores
+them: the plans are at least as good as any that fit, but only the owner-side bound is then
+held to them (the other bounds price memory). Our own plan is held to the whole bound.
 
 Instances: 1 to 4 hosts of 1 to 4 GPUs, 1 to 7 tables of every size, sharding types, memory
 tiers, optimizers, zipf or uniform access, some tables pinned, pipelined steps or not.
@@ -20,6 +20,7 @@ Writes benchmarks/results/bound_falsify.json and .md.
 """
 
 import argparse
+import itertools
 import random
 import time
 from typing import Any
@@ -32,7 +33,8 @@ from planner.bounds import lower_bound
 from planner.candidates import Candidate, Scope
 from planner.errors import BadInputError, NoPlanFoundError
 from planner.owner_bound import owner_bound
-from planner.partition.state import LoadState
+from planner.partition.assignment import TableChoice
+from planner.partition.cpsat import makespan
 from planner.planning import candidates_for, resolve
 from planner.problem import Problem, build_problem
 
@@ -60,12 +62,25 @@ def random_placement(c: Candidate, g: int, w: int, rng: np.random.Generator
     return out
 
 
-def makespan(problem: Problem, layout: list[tuple[Candidate, list[np.ndarray]]]) -> float:
-    s = LoadState(problem.hw, problem.model)
-    for cand, ranks in layout:
-        for grp, r in zip(cand.groups, ranks, strict=True):
-            s.apply(grp, r)
-    return float(s.load().max())
+def every_placement(c: Candidate, g: int, w: int, allowed: np.ndarray | None = None
+                    ) -> list[list[np.ndarray]]:
+    """Every way to place the groups of `c` (only on `allowed` ranks when given), from the
+    scopes' definitions (candidates.py), not from any model's."""
+    hosts = w // g
+    per_group: list[list[np.ndarray]] = []
+    for grp in c.groups:
+        k = len(grp)
+        if c.scope is Scope.WORLD:
+            opts = [np.arange(w)]
+        elif c.scope is Scope.GPU:
+            opts = [np.array([r]) for r in range(w)]
+        elif c.scope is Scope.HOST_FIXED:
+            opts = [h * g + np.arange(k) for h in range(hosts)]
+        else:
+            opts = [h * g + np.array(p) for h in range(hosts)
+                    for p in itertools.permutations(range(g), k)]
+        per_group.append(opts if allowed is None else [o for o in opts if allowed[o].all()])
+    return [list(p) for p in itertools.product(*per_group)]
 
 
 def descent(problem: Problem, cands: list[list[Candidate]], seed: int, steps: int
@@ -77,13 +92,13 @@ def descent(problem: Problem, cands: list[list[Candidate]], seed: int, steps: in
     cur = []
     for cs in cands:
         c = cs[rng.integers(len(cs))]
-        cur.append((c, random_placement(c, g, w, rng)))
+        cur.append(TableChoice(c, random_placement(c, g, w, rng)))
     best = makespan(problem, cur)
     seen = [best]
     for _ in range(steps):
         t = int(rng.integers(len(cands)))
-        c = cands[t][rng.integers(len(cands[t]))] if rng.random() < 0.5 else cur[t][0]
-        trial = [*cur[:t], (c, random_placement(c, g, w, rng)), *cur[t + 1:]]
+        c = cands[t][rng.integers(len(cands[t]))] if rng.random() < 0.5 else cur[t].cand
+        trial = [*cur[:t], TableChoice(c, random_placement(c, g, w, rng)), *cur[t + 1:]]
         m = makespan(problem, trial)
         if m < best:
             cur, best = trial, m

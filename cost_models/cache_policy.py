@@ -27,6 +27,7 @@ from enum import StrEnum
 import numpy as np
 
 from cost_models.access import (
+    ZIPF_POWERS,
     AccessModel,
     CurveAccess,
     UniformAccess,
@@ -45,7 +46,7 @@ class CachePolicy(StrEnum):
 DEFAULT_POLICY = CachePolicy.LFU
 
 # Zipf rows summed one by one before the bucketed integral takes over.
-_ZIPF_HEAD = 4096  # at most access.ZIPF_POWERS
+_ZIPF_HEAD = ZIPF_POWERS  # the k**-alpha that zipf_powers holds
 # Tail buckets grow by this factor; each is integrated with _GL_NODES Gauss-Legendre nodes.
 _BUCKET_RATIO = 1.01
 _GL_NODES = 4

@@ -21,7 +21,7 @@ same two bounds hold on P alone, with |P| GPUs (and P's share of HBM, DDR and SS
 of the cluster's; each distinct pin set is tried, with every table pinned inside it (the
 owner side of the all-to-alls is at least zero, so leaving it out keeps the bound valid). It
 is folded into balanced_s, which it never lowers.
-The owner-side bound (planner/owner_bound.py, not pipelined) adds what one GPU must carry
+The owner-side bound (planner/owner_bound.py) adds what one GPU must carry
 whatever the plan: the busiest piece, every replica, and its samples' vectors from pieces on
 other hosts, traded against what its host can hold.
 None of this reads the plan the partitioner chose.

@@ -105,10 +105,23 @@ class _Flat:
     w_heavy_host: np.ndarray  # (K,) host of the heaviest piece
 
 
-def _flatten(cands: list[list[Candidate]], problem: Problem, side: str) -> _Flat | None:
-    """`side`: "total" (compute + communication), "comm" or "comp" (pipelined steps)."""
+@dataclass(frozen=True)
+class _Gathered:
+    """Every piece of every candidate, flat (gathered once for both sides of a pipelined
+    step): compute and communication seconds, NIC seconds and owner seconds per phase."""
+
+    comp: np.ndarray  # (N,)
+    comm: np.ndarray  # (N,)
+    nic: np.ndarray  # (N, 3)
+    own: np.ndarray  # (N, 3)
+    sizes: list[int]  # pieces per candidate
+    table: list[int]  # table of each candidate
+    world: list[int]  # the candidates with one piece on every GPU
+
+
+def _gather(cands: list[list[Candidate]], problem: Problem) -> _Gathered | None:
     hw = problem.hw
-    h, g, w = hw.hosts, hw.gpus_per_host, hw.world_size
+    w = hw.world_size
     # World candidates alone can pass the limit (one piece per GPU each): counted first.
     if 8 * w * sum(c.scope is Scope.WORLD for cs in cands for c in cs) > _MAX_CELLS:
         return None
@@ -123,18 +136,25 @@ def _flatten(cands: list[list[Candidate]], problem: Problem, side: str) -> _Flat
                 world.append(len(sizes))
             sizes.append(n)
             table.append(t)
-    if 8 * sum(sizes) + 14 * len(world) * h > _MAX_CELLS:
+    if 8 * sum(sizes) + 14 * len(world) * hw.hosts > _MAX_CELLS:
         return None
     nic_bw = hw.eff_nic_bw
-    per_sample = problem.model.batch_per_gpu / nic_bw
-    comps = [grp.comp for grp in groups]
-    comms = [grp.comm for grp in groups]
-    inters = [np.asarray(grp.inter).reshape(-1, 3) for grp in groups]
-    rates = [np.asarray(grp.rate).reshape(-1, 3) for grp in groups]
-    comp, comm = np.concatenate(comps), np.concatenate(comms)
+    return _Gathered(
+        comp=np.concatenate([grp.comp for grp in groups]),
+        comm=np.concatenate([grp.comm for grp in groups]),
+        nic=np.concatenate([np.asarray(grp.inter).reshape(-1, 3) for grp in groups]) / nic_bw,
+        own=np.concatenate([np.asarray(grp.rate).reshape(-1, 3) for grp in groups])
+        * (problem.model.batch_per_gpu / nic_bw),
+        sizes=sizes, table=table, world=world)
+
+
+def _flatten(gathered: _Gathered, problem: Problem, side: str) -> _Flat:
+    """`side`: "total" (compute + communication), "comm" or "comp" (pipelined steps)."""
+    hw = problem.hw
+    h, g, w = hw.hosts, hw.gpus_per_host, hw.world_size
+    sizes, table, world = gathered.sizes, gathered.table, gathered.world
+    comp, comm, nic, own = gathered.comp, gathered.comm, gathered.nic, gathered.own
     load = comp + comm if side == "total" else comm if side == "comm" else comp
-    nic = np.concatenate(inters) / nic_bw
-    own = np.concatenate(rates) * per_sample
     if side == "comp":  # no NIC in a GPU's compute
         nic, own = np.zeros_like(nic), np.zeros_like(own)
     nonnic = load - nic.sum(axis=1)
@@ -215,20 +235,20 @@ def owner_bound(problem: Problem, cands: list[list[Candidate]]) -> float:
     as arrays)."""
     if not cands:
         return 0.0
+    gathered = _gather(cands, problem)
+    if gathered is None:
+        return 0.0
     fixed = step_fixed(problem.hw)
     if not problem.model.pipelined:
-        return _side_bound(problem, cands, "total", fixed.compute + fixed.comm)
-    return max(_side_bound(problem, cands, "comm", fixed.comm),
-               _side_bound(problem, cands, "comp", fixed.compute))
+        return _side_bound(problem, gathered, "total", fixed.compute + fixed.comm)
+    return max(_side_bound(problem, gathered, "comm", fixed.comm),
+               _side_bound(problem, gathered, "comp", fixed.compute))
 
 
-def _side_bound(problem: Problem, cands: list[list[Candidate]], side: str,
-                fixed_s: float) -> float:
+def _side_bound(problem: Problem, gathered: _Gathered, side: str, fixed_s: float) -> float:
     hw = problem.hw
     g, hosts, w = hw.gpus_per_host, hw.hosts, hw.world_size
-    f = _flatten(cands, problem, side)
-    if f is None:
-        return 0.0
+    f = _flatten(gathered, problem, side)
     t_start = np.flatnonzero(np.r_[True, f.table[1:] != f.table[:-1]])
     seen: dict[_Point, float] = {}
 

@@ -11,7 +11,6 @@
   the bound is at most the brute-force optimum, which an "optimal" plan attains.
 """
 
-import itertools
 import json
 from typing import Any
 
@@ -20,9 +19,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from benchmarks.bound_falsify import every_placement
 from planner import InfeasibleError, plan
 from planner.bounds import lower_bound
-from planner.candidates import Candidate, Scope
+from planner.candidates import Scope
 from planner.check import check_plan
 from planner.errors import NoPlanFoundError
 from planner.partition.cpsat_model import PartitionModel
@@ -149,26 +149,6 @@ def test_a_pin_raises_the_bound() -> None:
 # ----------------------------------------------------------------------------- brute force
 
 
-def _placements(c: Candidate, g: int, w: int, allowed: np.ndarray) -> list[list[np.ndarray]]:
-    """Every way to place the candidate's groups that its table's pins allow, from the
-    scopes' definitions (candidates.py), not from any model's."""
-    hosts = w // g
-    per_group: list[list[np.ndarray]] = []
-    for grp in c.groups:
-        k = len(grp)
-        if c.scope is Scope.WORLD:
-            opts = [np.arange(w)]
-        elif c.scope is Scope.GPU:
-            opts = [np.array([r]) for r in range(w)]
-        elif c.scope is Scope.HOST_FIXED:
-            opts = [h * g + np.arange(k) for h in range(hosts)]
-        else:
-            opts = [h * g + np.array(p) for h in range(hosts)
-                    for p in itertools.permutations(range(g), k)]
-        per_group.append([o for o in opts if allowed[o].all()])
-    return [list(p) for p in itertools.product(*per_group)]
-
-
 def brute_force(req: dict[str, Any]) -> float:
     """The smallest makespan over every candidate and placement with pins and caps kept.
     Pruned by max(comp, comm) or comp + comm of the placed pieces alone, which only grows
@@ -184,7 +164,7 @@ def brute_force(req: dict[str, Any]) -> float:
     for t, cs in enumerate(cands):
         pins = allowed_mask(problem, t)
         allowed = np.ones(w, dtype=bool) if pins is None else pins
-        options.append([(c, p) for c in cs for p in _placements(c, g, w, allowed)])
+        options.append([(c, p) for c in cs for p in every_placement(c, g, w, allowed)])
     best = float("inf")
 
     def go(t: int, s: LoadState) -> None:

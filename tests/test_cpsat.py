@@ -1,19 +1,17 @@
 """The CP-SAT partitioner: exact on tiny instances (against brute force), checked, deterministic,
 never worse than the heuristic."""
 
-import itertools
 import json
 import subprocess
 import sys
 from typing import Any
 
-import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from benchmarks.bound_falsify import every_placement
 from planner import InfeasibleError, plan
-from planner.candidates import Candidate, Scope
 from planner.check import check_plan
 from planner.partition import cpsat
 from planner.partition.state import LoadState
@@ -55,25 +53,6 @@ def tiny_requests(draw: Any) -> dict[str, Any]:
     }
 
 
-def _placements(c: Candidate, g: int, w: int) -> list[list[np.ndarray]]:
-    """Every way to place the candidate's groups, enumerated from the scope's definition."""
-    per_group: list[list[np.ndarray]] = []
-    hosts = w // g
-    for grp in c.groups:
-        k = len(grp)
-        if c.scope is Scope.WORLD:
-            opts = [np.arange(w)]
-        elif c.scope is Scope.GPU:
-            opts = [np.array([r]) for r in range(w)]
-        elif c.scope is Scope.HOST_FIXED:
-            opts = [h * g + np.arange(k) for h in range(hosts)]
-        else:
-            opts = [h * g + np.array(p) for h in range(hosts)
-                    for p in itertools.permutations(range(g), k)]
-        per_group.append(opts)
-    return [list(p) for p in itertools.product(*per_group)]
-
-
 def brute_force(req: dict[str, Any]) -> float:
     """The smallest makespan over every candidate and every placement, caps respected:
     depth-first, pruned only by the best makespan found so far."""
@@ -81,7 +60,7 @@ def brute_force(req: dict[str, Any]) -> float:
     cands, _ = candidates_for(problem)
     hw = problem.hw
     g, w = hw.gpus_per_host, hw.world_size
-    options = [[(c, p) for c in cs for p in _placements(c, g, w)] for cs in cands]
+    options = [[(c, p) for c in cs for p in every_placement(c, g, w)] for cs in cands]
     best = float("inf")
 
     def fits(s: LoadState) -> bool:

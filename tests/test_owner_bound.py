@@ -12,16 +12,16 @@ compute and communication) and sequential ones alike.
 import itertools
 from typing import Any
 
-import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from benchmarks.bound_falsify import descent, makespan
+from benchmarks.bound_falsify import descent, every_placement
 from planner import plan
 from planner.bounds import lower_bound
-from planner.candidates import Scope
 from planner.owner_bound import owner_bound
+from planner.partition.assignment import TableChoice
+from planner.partition.cpsat import makespan
 from planner.planning import candidates_for, resolve
 from planner.problem import build_problem
 
@@ -84,25 +84,8 @@ def test_owner_bound_below_the_exhaustive_optimum(pipelined: bool) -> None:
     tabs[2]["constraints"]["sharding_types"] = ["table_wise", "data_parallel"]
     problem = build_problem(resolve(_request(2, 2, tabs, 4096, "fp16", pipelined)))
     cands, _ = candidates_for(problem)
-    g, w = 2, 4
-    options = []
-    for cs in cands:
-        opts = []
-        for c in cs:
-            per_group = []
-            for grp in c.groups:
-                k = len(grp)
-                if c.scope is Scope.WORLD:
-                    per_group.append([np.arange(w)])
-                elif c.scope is Scope.GPU:
-                    per_group.append([np.array([r]) for r in range(w)])
-                elif c.scope is Scope.HOST_FIXED:
-                    per_group.append([h * g + np.arange(k) for h in range(2)])
-                else:
-                    per_group.append([h * g + np.array(p) for h in range(2)
-                                      for p in itertools.permutations(range(g), k)])
-            opts += [(c, list(p)) for p in itertools.product(*per_group)]
-        options.append(opts)
+    options = [[TableChoice(c, p) for c in cs for p in every_placement(c, 2, 4)]
+               for cs in cands]
     best = min(makespan(problem, list(choice)) for choice in itertools.product(*options))
     bound = owner_bound(problem, cands)
     assert 0 < bound <= best * (1 + REL), (bound, best)
