@@ -1,18 +1,18 @@
 """Fidelity of the cost model: predicted against measured step time, per plan, rank and phase.
 
-Plans of bundled fixtures (different solvers, host counts, and sharding types and tiers
-forced by table constraints), planned at full size on a hardware profile with the plan's
-hosts x GPUs, then run by `planner execute` scaled down (fewer rows, a smaller batch, same
-pieces) on CPU ranks (gloo) of this machine, measured as `planner execute --compare`
-measures (planner/executor/compare.py): per rank and phase, compute as the rank thread's own
-CPU time (one thread per rank, pinned), the median over the timed steps, collectives as wall
-time after an untimed barrier, their lower quartile; each plan executed EXECUTIONS times,
-the median execution reported. For each plan: predicted and measured step time (the slowest
-rank's sum over the compared phases), the per-rank/phase errors, Spearman over ranks, and
-whether the predicted slowest rank is the measured slowest; across plans: Spearman between
-predicted and measured step time, the median |error| per rank and phase, the fraction of
-plans whose predicted slowest rank is the measured slowest. The whole set runs twice:
-Spearman between the two runs' measured step times says whether the ranking is stable.
+Plans of bundled fixtures (different solvers, host counts, and sharding types and tiers forced
+by table constraints; four of them pipelined, `_pipe`), planned at full size on a hardware
+profile with the plan's hosts x GPUs, then run by `planner execute` scaled down (fewer rows, a
+smaller batch, same pieces) on CPU ranks (gloo) of this machine, measured as `planner execute
+--compare` measures (planner/executor/compare.py): per rank and phase, compute as the rank
+thread's own CPU time (one thread per rank, pinned), the median over the timed steps,
+collectives as wall time after an untimed barrier, their lower quartile; each plan executed
+EXECUTIONS times, the median execution reported. For each plan: predicted and measured step
+time (the slowest rank's sum over the compared phases), the per-rank/phase errors, Spearman
+over ranks, and whether the predicted slowest rank is the measured slowest; across plans:
+Spearman between predicted and measured step time, the median |error| per rank and phase, the
+fraction of plans whose predicted slowest rank is the measured slowest. The whole set runs
+twice: Spearman between the two runs' measured step times says whether the ranking is stable.
 
 Before calibration: plans predicted on the h100 preset (GPU figures against a CPU: the
 errors are the distance between the two machines, only the rankings mean anything). After
@@ -90,7 +90,15 @@ PLANS: dict[str, tuple[str, int, int, str, dict[str, Any] | None, int, float, in
     "rm1_1x2_ssd": ("deeprecsys_rm1", 1, 2, "greedy", {"memory_tiers": ["ssd"]}, 2,
                     0.001, 64),
     "rm1_1x2_auto": ("deeprecsys_rm1", 1, 2, "auto", None, 0, 0.001, 48),
+    # Pipelined (model.pipelined): the executor runs each step's input all-to-all on its
+    # input lane beside the previous step's work (planner/executor/input_lane.py).
+    "kaggle_2x1_pipe": ("criteo_kaggle", 2, 1, "greedy", None, 0, 0.001, 160),
+    "rm3_1x2_pipe": ("deeprecsys_rm3", 1, 2, "greedy", None, 0, 0.002, 112),
+    "dcnv2_2x1_pipe": ("criteo_dcnv2", 2, 1, "greedy", {"sharding_types": ["row_wise"]}, 2,
+                       0.0002, 40),
+    "rm1_1x2_pipe": ("deeprecsys_rm1", 1, 2, "auto", None, 0, 0.001, 80),
 }
+PIPELINED = {n for n in PLANS if n.endswith("_pipe")}
 
 
 def request(name: str, hardware: dict[str, Any]) -> dict[str, Any]:
@@ -112,6 +120,7 @@ def request(name: str, hardware: dict[str, Any]) -> dict[str, Any]:
                       float(hw["host"]["ssd_bandwidth_gb_per_s"]) * gpus
                       / int(hw["gpus_per_host"])}
     hw.update(hosts=hosts, gpus_per_host=gpus)
+    model["pipelined"] = name in PIPELINED
     return {"model": model, "hardware": hw,
             "options": {"solver": solver, "time_limit_s": 1.0}}
 
@@ -252,8 +261,11 @@ def run_set(hardware: dict[str, Any], tag: str, names: list[str], runs: int
                   f"{pc['measured_step_s']:.3g} s), slowest "
                   f"{ {True: 'match', False: 'differ', None: 'tie'}[pw['slowest_match']]} "
                   f"({r['run_s']:.1f} s)", flush=True)
+        piped = {n: r for n, r in res.items() if n in PIPELINED}
         out["runs"].append({"plans": res,
-                            "summary": {c: summarize(res, c) for c in CLOCKS}})
+                            "summary": {c: summarize(res, c) for c in CLOCKS},
+                            "summary_pipelined": ({c: summarize(piped, c) for c in CLOCKS}
+                                                  if piped else None)})
     if runs >= 2:
         a, b = (out["runs"][k]["plans"] for k in (0, 1))
         out["stability"] = {}
@@ -301,7 +313,10 @@ def markdown(body: dict[str, Any]) -> str:
         "memory probe stopped), each rank pinned to a core of its own (gloo's threads "
         f"with it); each plan executed {EXECUTIONS} times per run, the "
         "execution with the median step reported; a plan's step time is its slowest "
-        "rank's sum over the compared phases. Error = predicted / measured - 1.", ""]
+        "rank's sum over the compared phases (a pipelined plan's, `_pipe`: its phases but "
+        "the input all-to-all, which ran on the input lane beside the previous step, plus "
+        "the step's wait for the lane; predicted: comm + max(0, compute - input all-to-all)"
+        "). Error = predicted / measured - 1.", ""]
     for tag, title in (("preset", "Before calibration (h100 preset)"),
                        ("calibrated", "After calibration")):
         sec = body.get(tag)
@@ -317,17 +332,21 @@ def markdown(body: dict[str, Any]) -> str:
                            ("cpu", "collectives in the rank process's CPU time")):
             lines += [f"### {how}", ""]
             for i, run in enumerate(sec["runs"]):
-                sm = run["summary"][clock]
-                lines += [
-                    f"Run {i + 1}: Spearman(predicted, measured step) "
-                    f"{_f(sm['spearman_step'])} over {sm['plans']} plans; median |error| per "
-                    f"rank and phase {_f(sm['median_abs_error'], True)} ("
-                    + ", ".join(f"{ph} {_f(v, True)}"
-                                for ph, v in sm["median_abs_error_by_phase"].items())
-                    + f"); predicted slowest rank = measured slowest in "
-                    f"{_f(sm['slowest_match_fraction'], True)} of the plans that predict one "
-                    f"({sm['slowest_undecided']} predict every rank alike); hit-rate checks "
-                    f"passed in {sm['hit_rate_checks_passed']}/{sm['plans']}.", ""]
+                for key, which in (("summary", "plans"),
+                                   ("summary_pipelined", "pipelined plans (`_pipe`) alone")):
+                    if not run.get(key):
+                        continue
+                    sm = run[key][clock]
+                    lines += [
+                        f"Run {i + 1}, {which}: Spearman(predicted, measured step) "
+                        f"{_f(sm['spearman_step'])} over {sm['plans']} plans; median |error| "
+                        f"per rank and phase {_f(sm['median_abs_error'], True)} ("
+                        + ", ".join(f"{ph} {_f(v, True)}"
+                                    for ph, v in sm["median_abs_error_by_phase"].items())
+                        + f"); predicted slowest rank = measured slowest in "
+                        f"{_f(sm['slowest_match_fraction'], True)} of the plans that predict "
+                        f"one ({sm['slowest_undecided']} predict every rank alike); hit-rate "
+                        f"checks passed in {sm['hit_rate_checks_passed']}/{sm['plans']}.", ""]
             if "stability" in sec:
                 st = sec["stability"][clock]
                 lines += [f"Stability: Spearman between the two runs' measured step times "

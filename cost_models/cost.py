@@ -1,6 +1,9 @@
 """Seconds per training step for one piece: its bytes (traffic.py) over effective bandwidths."""
 
 from dataclasses import dataclass, fields
+from typing import Any
+
+import numpy as np
 
 from cost_models import latency
 from cost_models.geometry import ModelGeom, TableGeom
@@ -12,7 +15,7 @@ from cost_models.types import ShardingType, Tier
 @dataclass(frozen=True)
 class CostBreakdown:
     """Seconds per step, by term. Adds with `+`; compute and communication sum separately so a
-    pipelined step can take their max."""
+    pipelined step can hide the next batch's input all-to-all behind them (`total`)."""
 
     lookup: float = 0.0  # forward reads served from HBM, plus the per-piece overhead
     backward: float = 0.0  # backward and fused optimizer update served from HBM
@@ -35,11 +38,30 @@ class CostBreakdown:
     def comm(self) -> float:
         return self.input_a2a + self.output_a2a + self.allreduce + self.owner_a2a
 
-    def total(self, pipelined: bool) -> float:
-        """A GPU's step time: compute + communication, or their max when pipelined."""
+    def sides(self, pipelined: bool) -> tuple[float, float]:
+        """The two figures a GPU's pieces add up to, which `step_time` combines: (compute,
+        comm), or when pipelined (compute - input_a2a, comm)."""
         if pipelined:
-            return max(self.compute, self.comm)
-        return self.compute + self.comm
+            return self.compute - self.input_a2a, self.comm
+        return self.compute, self.comm
+
+    def total(self, pipelined: bool) -> float:
+        """A GPU's step time (`step_time` of its `sides`)."""
+        return float(step_time(*self.sides(pipelined), pipelined))
+
+
+def step_time(x: Any, y: Any, pipelined: bool) -> Any:
+    """A GPU's step time from its summed `sides` (floats or arrays alike).
+
+    In turn: compute + comm. Pipelined, as TorchRec's sparse-dist train pipeline runs it (and
+    the executor with `pipelined`): the next batch's input all-to-all runs beside this batch's
+    lookups, output all-to-alls, backward and all-reduce, so the step is the longer of this
+    batch's chain without it (compute + comm - input_a2a) and the links' whole load (comm:
+    both batches' all-to-alls share them), i.e. comm + max(0, compute - input_a2a) =
+    y + max(0, x). A placement's owner-side wait is comm on both: it adds to y."""
+    if pipelined:
+        return y + np.maximum(x, 0.0)
+    return x + y
 
 
 def traffic_cost(t: PieceTraffic, hw: HardwareProfile) -> CostBreakdown:

@@ -16,7 +16,7 @@ bound on the step's peak over its phases (see StepBuffers).
 
 import functools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -370,6 +370,10 @@ def piece_buffers(table: TableGeom, data_parallel: bool, piece_rows: int, piece_
                       if table.sequence else
                       _sharded_piece_buffers(table, piece_rows, piece_cols, world, model,
                                              host_samples))
+    if model.pipelined:
+        # The next batch's ids arrive while this one runs (its input all-to-all runs beside
+        # this step's work), and are held to its own step: ids, lengths, offsets twice.
+        base = replace(base, ids=2 * base.ids)
     if not cache_slots:
         return base
     # The re-admission is one more backward transient, beside the backward's workspace.

@@ -9,8 +9,8 @@ HBM, DDR and SSD, so for any prices lambda >= 0 (Lagrangian relaxation of those 
   sum_t work[t,c_t] >= sum_t min_c (work[t,c] + lambda . mem[t,c]) - lambda . cap,
 and every lambda gives a valid bound; the best lambda are the duals of the memory rows of
 the LP relaxation of candidate choice (planner/relaxation.py, GLOP), whose optimum this
-equals. When the step is pipelined (a GPU costs max(compute, comm)), the average bound is
-taken on compute, on communication and on half their sum, each a valid floor of the max.
+equals. When the step is pipelined, a GPU's step is max(comp + comm, comm) (cost.step_time,
+over the candidates' sides): the average bound is taken on both, each a valid floor.
 Both combine into one bound that is much tighter when there are few tables per GPU: if the
 best plan's slowest GPU is M, every chosen candidate has its largest piece <= M, so
   S(M) = sum_t min{ work[t,c] + lambda . mem[t,c] : max_piece[t,c] <= M } - lambda . cap <= W*M.
@@ -119,20 +119,17 @@ def _work_bounds(cands: list[list[Candidate]], caps: np.ndarray, gpus: int,
     piece."""
     mem = memory_matrix(cands)
     maxp = candidate_matrix(cands, "max_piece")
-    if pipelined:
-        parts = [("comp_work", 1.0), ("comm_work", 1.0), ("work", 2.0)]
-    else:
-        parts = [("work", 1.0)]
+    parts = ["work", "comm_work"] if pipelined else ["work"]
     plain, priced, balanced, prices = 0.0, 0.0, 0.0, np.zeros(3)
-    for attr, divisor in parts:
+    for attr in parts:
         work = candidate_matrix(cands, attr)
-        plain = max(plain, float(work.min(axis=1).sum()) / (gpus * divisor))
+        plain = max(plain, float(work.min(axis=1).sum()) / gpus)
         value, lam = lagrangian_bound(work, mem, caps)
-        if value / (gpus * divisor) > priced:
-            priced, prices = value / (gpus * divisor), lam
+        if value / gpus > priced:
+            priced, prices = value / gpus, lam
         for trial in (np.zeros(3), lam):
             balanced = max(balanced, balanced_bound(work, maxp, mem, caps, trial,
-                                                    gpus * divisor))
+                                                    gpus))
     return plain, priced, balanced, prices
 
 
@@ -152,12 +149,11 @@ def pinned_bound(problem: Problem, cands: list[list[Candidate]]) -> float:
     if not by_set:
         return 0.0
     pipelined = problem.model.pipelined
-    parts = ("comp_work", "comm_work", "work") if pipelined else ("work",)
+    parts = ("work", "comm_work") if pipelined else ("work",)
     floors = {a: candidate_matrix(cands, a).min(axis=1) for a in parts}
 
     def plain(idx: list[int], gpus: int) -> float:
-        out = [float(floors[a][idx].sum()) / gpus for a in parts]
-        return max(out[0], out[1], out[2] / 2) if pipelined else out[0]
+        return max(float(floors[a][idx].sum()) / gpus for a in parts)
 
     # Which sets P to try: the _MAX_PIN_SETS whose own tables weigh most per GPU; each then
     # with every table whose pin set lies inside it.
@@ -182,13 +178,13 @@ def lower_bound(problem: Problem, cands: list[list[Candidate]]) -> LowerBound:
     caps = cluster_caps(hw)
     plain, priced, balanced, prices = _work_bounds(cands, caps, w, problem.model.pipelined)
     pinned = pinned_bound(problem, cands)
-    if not problem.model.pipelined:
-        # Every GPU also pays the step's fixed latency (cost.step_fixed), so each floor of
-        # the busiest GPU's pieces rises by it; pipelined, max(compute, comm) keeps them valid.
-        fixed = step_fixed(hw)
-        c = fixed.compute + fixed.comm
-        plain, priced, balanced, largest = plain + c, priced + c, balanced + c, largest + c
-        pinned = pinned + c if pinned > 0 else pinned
+    # Every GPU also pays the step's fixed latency (cost.step_fixed), so each floor of the
+    # busiest GPU's pieces rises by the sum of its sides: pipelined, comm + (compute -
+    # input_a2a), which is below comm, so every floor (work, comm alone, a piece's step_time,
+    # max(x + fx, 0) >= max(x, 0) + fx for fx <= 0) stays valid.
+    c = sum(step_fixed(hw).sides(problem.model.pipelined))
+    plain, priced, balanced, largest = plain + c, priced + c, balanced + c, largest + c
+    pinned = pinned + c if pinned > 0 else pinned
     average = max(plain, priced)
     owner = owner_bound(problem, cands)  # counts the fixed latency itself
     return LowerBound(

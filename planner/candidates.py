@@ -56,7 +56,8 @@ class Group:
     """Pieces placed as one, as parallel arrays (one entry per piece).
 
     geometry rows are (row_offset, row_count, col_offset, col_count); comp and comm are the
-    seconds of compute and communication the piece adds to its GPU; hbm counts against the
+    seconds the piece adds to its GPU's two sides (CostBreakdown.sides: compute, less the
+    input all-to-all when the step is pipelined, and communication); hbm counts against the
     GPU, ddr and ssd against its host. inter (k, 3) are the piece-side inter-host bytes and
     rate (k, 3) the owner bytes per sample, per all-to-all phase (cost_models/placement.py).
     """
@@ -82,9 +83,9 @@ class Candidate:
     cache_ratio: float | None
     scope: Scope
     groups: tuple[Group, ...]
-    work: float  # sum over pieces of compute + communication, seconds
-    comp_work: float
-    comm_work: float
+    work: float  # sum over pieces of comp + comm (Group's sides), seconds
+    comp_work: float  # ... of comp alone
+    comm_work: float  # ... of comm alone
     max_piece: float  # largest single-GPU cost this candidate puts on one GPU
     max_piece_hbm: int
     hbm_total: int
@@ -245,8 +246,8 @@ class _Coster:
 
     def _shape(self, kind: ShardingType, tier: Tier, ratio: float, rows: int,
                cols: int) -> tuple[float, ...]:
-        """compute, comm, then 3 inter-host bytes and 3 owner rates (the bytes are
-        group_bytes')."""
+        """The cost's two sides (compute, comm; CostBreakdown.sides), then 3 inter-host bytes
+        and 3 owner rates (the bytes are group_bytes')."""
         klass = _KIND_CLASS[kind]
         key = (klass, tier, ratio, rows, cols)
         found = self.shapes.get(key)
@@ -258,7 +259,8 @@ class _Coster:
         c = traffic_cost(traffic, p.hw)
         inter, rate = piece_sides(traffic)
         sides = (*inter.tolist(), *rate.tolist())
-        found = self.shapes[key] = (c.compute, c.comm, *sides)
+        # The two sides cost.step_time combines (pipelined: compute less the input all-to-all).
+        found = self.shapes[key] = (*c.sides(p.model.pipelined), *sides)
         self.figures[key] = (c.lookup, c.backward, c.cache_miss, c.input_a2a, c.output_a2a,
                              c.allreduce, hbm, ddr, ssd, *sides, buf)
         return found
@@ -337,7 +339,7 @@ class _Costed:
     comp_parts: tuple[float, ...]
     comm_parts: tuple[float, ...]
     max_sum: float  # largest comp + comm of a piece
-    max_max: float  # largest max(comp, comm) of a piece
+    max_piped: float  # largest pipelined step_time(comp, comm) of a piece (its sides)
     bytes: _GroupBytes
     figures: tuple[tuple[tuple[int, int], tuple[float, ...]], ...]
 
@@ -357,7 +359,7 @@ class _Costed:
                          _filled((n, 3), r[5:8], np.float64))
             return _Costed((times[0], times[1], placed.hbm, placed.ddr, placed.ssd, times[2],
                             times[3]), _times(r[0], n), _times(r[1], n), r[0] + r[1],
-                           max(r[0], r[1]), placed, figures)
+                           r[1] + max(r[0], 0.0), placed, figures)
         assert inverse is not None
         costed = np.array(rows, dtype=np.float64)
         arrays = (costed[:, 0][inverse], costed[:, 1][inverse], placed.hbm, placed.ddr,
@@ -368,7 +370,7 @@ class _Costed:
                 _times(r[0], n) for r, n in zip(rows, counts, strict=True))),
             tuple(itertools.chain.from_iterable(
                 _times(r[1], n) for r, n in zip(rows, counts, strict=True))),
-            max(r[0] + r[1] for r in rows), max(max(r[0], r[1]) for r in rows), placed,
+            max(r[0] + r[1] for r in rows), max(r[1] + max(r[0], 0.0) for r in rows), placed,
             figures)
 
 
@@ -559,7 +561,7 @@ def _build(problem: Problem, t: TableInfo, kind: ShardingType, scope: Scope,
     return Candidate(
         table=t.index, kind=kind, tier=tier, cache_ratio=ratio, scope=scope, groups=groups,
         work=comp + comm, comp_work=comp, comm_work=comm,
-        max_piece=max(c.max_max if pipelined else c.max_sum for c in costed),
+        max_piece=max(c.max_piped if pipelined else c.max_sum for c in costed),
         max_piece_hbm=max(c.bytes.hbm_max for c in costed),
         hbm_total=sum(c.bytes.hbm_sum for c in costed),
         ddr_total=sum(c.bytes.ddr_sum for c in costed),

@@ -28,6 +28,7 @@ from cost_models import (
     piece_sides,
     piece_traffic,
     step_fixed,
+    step_time,
     traffic_cost,
 )
 from planner.candidates import (
@@ -115,10 +116,18 @@ def gpu_times(problem: Problem, sums: np.ndarray) -> np.ndarray:
     np.add.at(host_rate, host_of, sums[:, 12:15])
     extra = owner_wait(sums[:, 9:12], host_rate, host_of, problem.model.batch_per_gpu,
                        hw.eff_nic_bw)
-    fixed = step_fixed(hw)  # the all-to-all calls' latency every GPU pays
-    comp = sums[:, 0:3].sum(axis=1) + fixed.compute
-    comm = sums[:, 3:6].sum(axis=1) + extra + fixed.comm
-    return np.maximum(comp, comm) if problem.model.pipelined else comp + comm
+    pipelined = problem.model.pipelined
+    fixed = step_fixed(hw).sides(pipelined)  # the all-to-all calls' latency every GPU pays
+    comp, comm = gpu_sides(problem, sums)
+    return step_time(comp + fixed[0], comm + extra + fixed[1], pipelined)
+
+
+def gpu_sides(problem: Problem, sums: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each GPU's two sides (CostBreakdown.sides) from its sums' six cost terms."""
+    comp = sums[:, 0:3].sum(axis=1)
+    if problem.model.pipelined:  # the input all-to-all runs beside the rest
+        comp = comp - sums[:, 3]
+    return comp, sums[:, 3:6].sum(axis=1)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -235,7 +244,7 @@ class _Layout:
         self.ssd_free = hw.ssd_cap - host_ssd
 
     def _load(self, comp: np.ndarray, comm: np.ndarray) -> np.ndarray:
-        return np.maximum(comp, comm) if self.problem.model.pipelined else comp + comm
+        return step_time(comp, comm, self.problem.model.pipelined)
 
     def place(self, cand: Candidate, allowed: np.ndarray | None) -> list[np.ndarray] | None:
         """Ranks for each of the candidate's groups, every other table fixed: each group
@@ -243,8 +252,7 @@ class _Layout:
         hw = self.problem.hw
         w = hw.world_size
         ok_rank = np.ones(w, dtype=bool) if allowed is None else allowed
-        comp = self.base[:, 0:3].sum(axis=1).copy()
-        comm = self.base[:, 3:6].sum(axis=1).copy()
+        comp, comm = gpu_sides(self.problem, self.base)  # new arrays: base is not changed
         hbm = self.hbm_free.copy()
         ddr, ssd = self.ddr_free.copy(), self.ssd_free.copy()
 

@@ -4,9 +4,12 @@ The average and balanced bounds (planner/bounds.py) spread work evenly; on sever
 miss what a single GPU must carry whatever the plan: its own samples' pooled vectors from the
 pieces on other hosts (the owner side, cost_models/placement.py), and a replica of every
 data-parallel table. It holds for every plan of the candidate space. Below, a GPU's time is
-compute + communication; when the step is pipelined (max(compute, communication)) the same
-argument runs on communication alone (load = comm, fixed = the fixed communication) and on
-compute alone (no NIC terms), each a floor of the max, and the larger is taken.
+compute + communication; when the step is pipelined (cost.step_time: max(x + y, y) over the
+sides x = compute - input_a2a, y = comm, the owner-side wait in y) the same argument runs on
+communication alone (load = comm, fixed = the fixed communication) and on the chain x + y
+with the two output phases only (the ids phase's piece side is hidden there, and leaving its
+owner side out lowers the floor; nonnic = x + y - the output phases' NIC >= compute >= 0, as
+the argument needs), each a floor of the step, and the larger is taken.
 
 Take any plan and any table a (the anchor). Let r be the GPU of the heaviest piece P of a's
 chosen candidate, h its host (G GPUs), M the plan's step time. Per piece p write load_p =
@@ -149,14 +152,17 @@ def _gather(cands: list[list[Candidate]], problem: Problem) -> _Gathered | None:
 
 
 def _flatten(gathered: _Gathered, problem: Problem, side: str) -> _Flat:
-    """`side`: "total" (compute + communication), "comm" or "comp" (pipelined steps)."""
+    """`side`: "total" (compute + communication), or for a pipelined step "comm" (its
+    communication) or "chain" (its two sides' sum, the output phases' NIC terms only)."""
     hw = problem.hw
     h, g, w = hw.hosts, hw.gpus_per_host, hw.world_size
     sizes, table, world = gathered.sizes, gathered.table, gathered.world
     comp, comm, nic, own = gathered.comp, gathered.comm, gathered.nic, gathered.own
-    load = comp + comm if side == "total" else comm if side == "comm" else comp
-    if side == "comp":  # no NIC in a GPU's compute
-        nic, own = np.zeros_like(nic), np.zeros_like(own)
+    load = comm if side == "comm" else comp + comm
+    if side == "chain":  # the ids phase left out (module docstring)
+        nic, own = nic.copy(), own.copy()
+        nic[:, 0] = 0.0
+        own[:, 0] = 0.0
     nonnic = load - nic.sum(axis=1)
     starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
     # Each candidate's heaviest piece: the first at its largest load.
@@ -242,7 +248,7 @@ def owner_bound(problem: Problem, cands: list[list[Candidate]]) -> float:
     if not problem.model.pipelined:
         return _side_bound(problem, gathered, "total", fixed.compute + fixed.comm)
     return max(_side_bound(problem, gathered, "comm", fixed.comm),
-               _side_bound(problem, gathered, "comp", fixed.compute))
+               _side_bound(problem, gathered, "chain", sum(fixed.sides(True))))
 
 
 def _side_bound(problem: Problem, gathered: _Gathered, side: str, fixed_s: float) -> float:
@@ -255,7 +261,7 @@ def _side_bound(problem: Problem, gathered: _Gathered, side: str, fixed_s: float
     def value(p: _Point) -> float:
         if p not in seen:
             theta, m, v, ho = p
-            if hosts == 1 or side == "comp":  # no owner side: theta and ho play no part
+            if hosts == 1:  # no owner side: theta and ho play no part
                 theta, ho = (0.0, 0.0, 0.0), False
             mu, nu = m / g, v / w
             cost, anchor = _values(f, np.array(theta), mu, nu, ho, hosts, g)

@@ -189,8 +189,8 @@ def cost_figure(plan: Plan) -> go.Figure:
     s = plan.summary
     totals = [g.cost.total_s * 1e3 for g in gpus]
     if plan.request.model.pipelined:
-        fig.add_scatter(x=x, y=totals, mode="markers", name="step time (pipelined: max of "
-                        "compute and communication)", marker={"symbol": "line-ew-open",
+        fig.add_scatter(x=x, y=totals, mode="markers", name="step time (pipelined: the next "
+                        "batch's input all-to-all hidden)", marker={"symbol": "line-ew-open",
                                                                "size": 14, "color": "#111"})
     fig.add_hline(y=s.lower_bound_s * 1e3, line_dash="dash", line_color="#b91c1c",
                   annotation_text=f"lower bound {_ms(s.lower_bound_s)} ms",
@@ -441,8 +441,9 @@ def render_html(plan: Plan, explanations: dict[str, Explanation] | None = None,
     secs.append(section(
         "Cost per GPU", fig_html(cost_figure(plan), "cost-bars"), "cost",
         "Seconds per step by term, one bar per GPU, from the plan; the step time is the "
-        "slowest GPU's." + (" Pipelined: a GPU's time is the max of compute (lookup, backward, "
-                            "cache miss) and communication, marked by the black tick."
+        "slowest GPU's." + (" Pipelined: the next batch's input all-to-all runs beside the "
+                            "rest, so a GPU's time is communication + max(0, compute - input "
+                            "all-to-all), marked by the black tick."
                             if req.model.pipelined else "")))
     heads = (f"HBM per GPU by term of the memory model (weights, optimizer state, replicas, "
              f"cache rows and their metadata), recomputed from the request; the plan's "

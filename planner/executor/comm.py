@@ -13,6 +13,7 @@ by the thread's CPU clock. See README, "Executor".
 """
 
 import os
+import threading
 import time
 from collections import defaultdict
 from collections.abc import Iterator
@@ -46,12 +47,15 @@ class Heartbeat:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.progress = 0
+        # A pipelined rank marks from two threads (its input lane's collectives too).
+        self._lock = threading.Lock()
 
     def mark(self, step: int, phase: str) -> None:
-        self.progress += 1
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(f"{self.progress} {step} {phase}\n")
-        os.replace(tmp, self.path)
+        with self._lock:
+            self.progress += 1
+            tmp = self.path.with_suffix(".tmp")
+            tmp.write_text(f"{self.progress} {step} {phase}\n")
+            os.replace(tmp, self.path)
 
 
 @dataclass
@@ -67,6 +71,9 @@ class Comm:
     align: bool = True  # an untimed barrier before each timed collective
     # Wait for gloo to drop its buffers (_settle): only while the CPU memory probe records.
     settle: bool = True
+    # The process group its collectives run on (None: the default one). A pipelined rank's
+    # input lane has its own, so that its all-to-alls never interleave with the step's.
+    group: "dist.ProcessGroup | None" = None
 
     def reset(self) -> None:
         self.counts.clear()
@@ -82,7 +89,7 @@ class Comm:
         if self.align:
             with t.excluded():
                 try:
-                    dist.barrier()
+                    dist.barrier(group=self.group)
                 except RuntimeError as exc:
                     raise CollectiveError(f"barrier before '{name}' at step {self.step}: "
                                           f"{exc}") from exc
@@ -122,7 +129,7 @@ class Comm:
         out = torch.empty(sum(out_splits), dtype=torch.uint8, device=self.device)
         try:
             with self._timed(name):
-                dist.all_to_all_single(out, inp, out_splits, in_splits)
+                dist.all_to_all_single(out, inp, out_splits, in_splits, group=self.group)
         except RuntimeError as exc:
             raise CollectiveError(f"all-to-all '{name}' at step {self.step}: {exc}") from exc
         self._settle(inp, out)
@@ -170,7 +177,7 @@ class Comm:
             ins[nxt] += int(buf.numel())
             outs[prv] += int(rbuf.numel())
             try:
-                dist.all_to_all_single(rbuf, buf, outs, ins)
+                dist.all_to_all_single(rbuf, buf, outs, ins, group=self.group)
             except RuntimeError as exc:
                 raise CollectiveError(f"all-reduce '{name}' at step {self.step}: {exc}") from exc
             self._settle(buf, rbuf)
@@ -247,6 +254,7 @@ class PhaseTime:
     coll_cpu: float = 0.0
     coll_proc_cpu: float = 0.0
     calls: int = 0  # collective calls (a ring all-reduce of one bucket is one call)
+    lane: bool = False  # timed on a pipelined rank's input lane (input_lane.py)
 
 
 @dataclass

@@ -13,6 +13,11 @@ for collectives, COLLECTIVE_QUANTILE):
   packing around them (routing ids, encoding, folding partial sums) and the loss are not in
   the cost model: reported as `unmodelled`, not compared.
 
+Pipelined plans (the executor's input lane, input_lane.py): a rank's measured step is its
+phases but input_a2a, which ran on the lane beside the previous step, plus input_wait (the
+median wall time its step waited for the lane), against the predicted
+comm + max(0, compute - input_a2a); input_a2a is still compared phase by phase.
+
 Predicted: the plan's per-GPU cost terms (plan_model.CostTerms) of the plan that ran (the
 scaled plan, re-evaluated), mapped onto the executor's phases:
   input_a2a <- input_a2a_s; lookup <- lookup_s; cache_miss <- cache_miss_s;
@@ -80,7 +85,10 @@ def measured_phases(timing: list[dict[str, dict[str, float]]], collective_clock:
                                                            0.0) for s in timing])
         else:
             out[ph] = med([s.get(ph, {}).get("cpu", 0.0) for s in timing])
+    # Pipelined: the steps whose input came from the lane waited input_wait for it (wall).
+    waits = [s["input_wait"].get("wall", 0.0) for s in timing if "input_wait" in s]
     unmodelled = {"loss_cpu": med([s.get("loss", {}).get("cpu", 0.0) for s in timing]),
+                  "input_wait_wall": med(waits) if waits else None,
                   "packing_cpu": med([sum(s.get(ph, {}).get("cpu", 0.0)
                                           for ph in COLLECTIVE_PHASES) for s in timing]),
                   "step_wall": med([sum(t.get("wall", 0.0) for ph, t in s.items()
@@ -180,6 +188,8 @@ def compare(plan: Plan, ranks: list[dict[str, Any]], device: str,
         pred = predicted_phases(cost, r["bytes"]["output_fwd"]["predicted"],
                                 r["bytes"]["output_bwd"]["predicted"])
         meas, unmodelled = measured_phases(r.get("timing") or [], collective_clock)
+        pipelined = plan.request.model.pipelined
+        step_pred = with_whole_calls(g.cost, whole, pipelined)
         phases = {}
         for ph in (*PHASES, *(k for k in pred if k not in PHASES)):
             p, m = pred.get(ph, 0.0), meas.get(ph) if ph in PHASES else None
@@ -187,12 +197,15 @@ def compare(plan: Plan, ranks: list[dict[str, Any]], device: str,
                 continue
             err = (p - m) / m if m else None
             phases[ph] = {"predicted": p, "measured": m, "error": err}
+        wait = unmodelled["input_wait_wall"]
         rows.append({"rank": r["rank"], "phases": phases,
-                     "predicted_total": sum(pred.values()),
-                     # max(compute, comm) when pipelined
-                     "predicted_step_s": with_whole_calls(g.cost.compute_s, g.cost.comm_s,
-                                                          whole, plan.request.model.pipelined),
-                     "measured_total": sum(meas.values()),
+                     # Pipelined: the step as cost.step_time has it, and as it ran: the
+                     # phases but the lane's input all-to-all, plus the wait for it.
+                     "predicted_total": step_pred if pipelined else sum(pred.values()),
+                     "predicted_step_s": step_pred,
+                     "measured_total": (sum(v for k, v in meas.items() if k != "input_a2a")
+                                        + wait if pipelined and wait is not None
+                                        else sum(meas.values())),
                      "unmodelled": unmodelled})
     for row in rows:
         m = row["measured_total"]

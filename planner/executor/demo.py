@@ -30,7 +30,8 @@ def split_rows(rows: int, ranks: list[int], col0: int, cols: int) -> list[dict[s
             for i, r in enumerate(ranks)]
 
 
-def all_types_plan(fwd: str = "fp32", bwd: str = "fp32", batch: int = 32) -> Plan:
+def all_types_plan(fwd: str = "fp32", bwd: str = "fp32", batch: int = 32,
+                   pipelined: bool = False) -> Plan:
 
     uni: dict[str, Any] = {"kind": "uniform"}
     tables = [
@@ -61,10 +62,12 @@ def all_types_plan(fwd: str = "fp32", bwd: str = "fp32", batch: int = 32) -> Pla
         ("zipf_cache", "table_wise", "hbm_cache", 0.1, [piece(2, 0, 2000, 0, 4)]),
         ("zipf_ssd", "table_wise", "ssd", 0.1, [piece(3, 0, 1000, 0, 4)]),
     ]
-    return evaluated_plan("executor-demo", HOSTS, GPUS_PER_HOST, batch, fwd, bwd, tables, plans)
+    return evaluated_plan("executor-demo", HOSTS, GPUS_PER_HOST, batch, fwd, bwd, tables, plans,
+                          pipelined)
 
 
-def small_plan(fwd: str = "fp32", bwd: str = "fp32", batch: int = 8) -> Plan:
+def small_plan(fwd: str = "fp32", bwd: str = "fp32", batch: int = 8,
+               pipelined: bool = False) -> Plan:
     """2 ranks on one host: every optimizer (SGD, Adagrad, row-wise Adagrad, Adam, sharded and
     data-parallel), table-, column- and row-wise pieces, hbm, ddr and an LFU/LRU-cached tier,
     fp16 and int8 storage, several pieces per rank. What the mutation suite and the CLI
@@ -96,12 +99,12 @@ def small_plan(fwd: str = "fp32", bwd: str = "fp32", batch: int = 8) -> Plan:
         ("cw_int8", "column_wise", "hbm", None, [piece(0, 0, 36, 0, 4),
                                                  piece(1, 0, 36, 4, 4)]),
     ]
-    return evaluated_plan("executor-small", 1, 2, batch, fwd, bwd, tables, plans)
+    return evaluated_plan("executor-small", 1, 2, batch, fwd, bwd, tables, plans, pipelined)
 
 
 def evaluated_plan(name: str, hosts: int, gpus_per_host: int, batch: int, fwd: str,
-                   bwd: str, tables: list[dict[str, Any]], plans: list[tuple[Any, ...]]
-                   ) -> Plan:
+                   bwd: str, tables: list[dict[str, Any]], plans: list[tuple[Any, ...]],
+                   pipelined: bool = False) -> Plan:
     """The plan of hand-placed `plans` (name, sharding, tier, cache ratio, pieces) of
     `tables` on h100 hosts, scored by planning.evaluate."""
     from planner.planning import evaluate  # imported on use, as the builders did
@@ -110,7 +113,8 @@ def evaluated_plan(name: str, hosts: int, gpus_per_host: int, batch: int, fwd: s
     hw.update(hosts=hosts, gpus_per_host=gpus_per_host)
     request = {
         "model": {"name": name, "batch_size_per_gpu": batch,
-                  "fwd_comm_precision": fwd, "bwd_comm_precision": bwd, "tables": tables},
+                  "fwd_comm_precision": fwd, "bwd_comm_precision": bwd,
+                  "pipelined": pipelined, "tables": tables},
         "hardware": hw,
     }
     layout = {"request": request, "tables": [

@@ -107,6 +107,8 @@ class ExecLayout:
     bwd_precision: CommPrecision
     id_bytes: int = 8  # width of an id on the wire (int64 or int32)
     length_bytes: int = 4  # width of a bag length on the wire
+    # The next step's input all-to-all runs beside this step's work (rank.py, InputLane).
+    pipelined: bool = False
 
     def host_of(self, rank: int) -> int:
         return rank // self.gpus_per_host
@@ -155,7 +157,7 @@ def exec_layout(plan: Plan) -> ExecLayout:
         tables=tuple(tables), world=hw.world_size, gpus_per_host=hw.gpus_per_host,
         hosts=hw.hosts, batch=model.batch_per_gpu, fwd_precision=model.fwd_precision,
         bwd_precision=model.bwd_precision, id_bytes=hw.constants.id_bytes,
-        length_bytes=hw.constants.length_bytes,
+        length_bytes=hw.constants.length_bytes, pipelined=model.pipelined,
     )
 
 

@@ -14,6 +14,7 @@ from cost_models import (
     piece_memory,
     piece_traffic,
     placed_piece_buffers,
+    step_time,
 )
 from cost_models.latency import whole_calls_s
 from cost_models.memory import (
@@ -24,7 +25,7 @@ from cost_models.memory import (
     step_peak,
 )
 from cost_models.sizes import comm_row_bytes, param_bytes
-from planner.plan_model import Plan
+from planner.plan_model import CostTerms, Plan
 from planner.problem import TableInfo, build_problem
 
 # The byte counts compared per rank, per step.
@@ -118,16 +119,15 @@ def predict(plan: Plan) -> tuple[list[RankPrediction], list[PiecePrediction]]:
             "lookup": c.lookup_s, "backward": c.backward_s, "cache_miss": c.cache_miss_s,
             "input_a2a": c.input_a2a_s, "output_a2a": c.output_a2a_s,
             "allreduce": c.allreduce_s + whole[g.rank],
-            "total": with_whole_calls(c.compute_s, c.comm_s, whole[g.rank],
-                                      plan.request.model.pipelined)}
+            "total": with_whole_calls(c, whole[g.rank], plan.request.model.pipelined)}
     return ranks, pieces
 
 
-def with_whole_calls(compute_s: float, comm_s: float, whole_s: float, pipelined: bool
-                     ) -> float:
-    """A GPU's step time with `whole_s` more all-reduce latency (communication)."""
-    comm = comm_s + whole_s
-    return max(compute_s, comm) if pipelined else compute_s + comm
+def with_whole_calls(cost: CostTerms, whole_s: float, pipelined: bool) -> float:
+    """A GPU's step time (cost.step_time) with `whole_s` more all-reduce latency."""
+    comm = cost.comm_s + whole_s
+    x = cost.compute_s - cost.input_a2a_s if pipelined else cost.compute_s
+    return float(step_time(x, comm, pipelined))
 
 
 def _whole_calls(plan: Plan, by_name: dict[str, TableInfo], hw: HardwareProfile,

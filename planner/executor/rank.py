@@ -32,7 +32,7 @@ has it.
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -43,6 +43,7 @@ from cost_models.types import CommPrecision, Tier
 from planner.executor import kernels, quant, synthetic
 from planner.executor.comm import Comm, Timer
 from planner.executor.fbgemm import TbeGroup, TbeStore, group_pieces
+from planner.executor.input_lane import InputLane
 from planner.executor.job import RunOptions
 from planner.executor.layout import WIRE_INTS, Chunk, ExecLayout, Piece, TableExec
 from planner.executor.memprobe import MemProbe
@@ -96,6 +97,15 @@ def stage_items(lay: ExecLayout) -> tuple[list[Item], list[Item]]:
     return first, second
 
 
+@dataclass(frozen=True)
+class Routed:
+    """One step's input all-to-all: (bag lengths, ids) per piece of this rank, and the sequence
+    tables' indices (RankExecutor.seq_count, seq_start, seq_pos)."""
+
+    pieces: dict[str, tuple[torch.Tensor, torch.Tensor]]
+    seq: tuple[dict[tuple[str, int], int], dict[tuple[str, int], int], dict[str, torch.Tensor]]
+
+
 @dataclass
 class PieceStats:
     ids_bytes: int = 0  # id bytes received from other ranks (input all-to-all)
@@ -107,8 +117,11 @@ class PieceStats:
 
 class RankExecutor:
     def __init__(self, lay: ExecLayout, rank: int, device: torch.device, comm: Comm,
-                 opts: RunOptions, work_dir: Path) -> None:
+                 opts: RunOptions, work_dir: Path, lane_comm: Comm | None = None) -> None:
+        """`lane_comm`: a pipelined plan's input lane's collectives (their own group)."""
         self.lay, self.rank, self.device, self.comm, self.opts = lay, rank, device, comm, opts
+        self.lane: InputLane[Routed] | None = (InputLane(lane_comm, device)
+                                               if lane_comm is not None else None)
         self.optim = kernels.OptimConfig(lr=opts.lr, eps=opts.eps)
         self.b = lay.batch
         # First, so that on CPU the profiler sees the stores being built.
@@ -205,19 +218,46 @@ class RankExecutor:
 
     # -- the step --------------------------------------------------------------------------
 
-    def step(self, step: int, train: bool) -> dict[int, torch.Tensor]:
-        """One step; returns this rank's pooled outputs per table, [bags, dim] each."""
-        lay, me, b = self.lay, self.rank, self.b
+    def _batches(self, step: int) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+        """This rank's samples' (bag lengths, ids) per table at `step`."""
+        return {t.index: synthetic.id_batch(self.opts.seed, t.index, t.access, t.rows,
+                                            t.pooling, step, self.rank, self.b, t.features)
+                for t in self.lay.tables}
+
+    def _routed(self, step: int, batches: dict[int, tuple[np.ndarray, np.ndarray]],
+                train: bool, following: int | None) -> "Routed":
+        """This step's input all-to-all: in turn, or (pipelined) taken from the input lane,
+        where it ran during the previous step; the wait for it is the phase input_wait, the
+        lane's own timing this step's input_a2a. Then the lane starts `following`'s."""
+        lane = self.lane
+        got = lane.take(step) if lane is not None else None
+        if got is None:
+            with self._phase("input_a2a"):
+                routed = self._input_a2a(batches, self.comm)
+        else:
+            with self._phase("input_wait"):
+                routed, lane_time = got
+            self.timer.steps[-1]["input_a2a"] = replace(lane_time, lane=True)
+            self.seconds["input_a2a"] += lane_time.wall
+        if lane is not None and following is not None:
+            lane.start(following, train,
+                       lambda comm: self._input_a2a(self._batches(following), comm))
+        return routed
+
+    def step(self, step: int, train: bool, following: int | None = None
+             ) -> dict[int, torch.Tensor]:
+        """One step; returns this rank's pooled outputs per table, [bags, dim] each.
+        `following`: the step that runs next (pipelined: its input all-to-all starts now)."""
+        lay, me = self.lay, self.rank
         self.comm.step = step
         # Barriers before collectives only where time is measured: the forward-only warm-up
         # (up to hundreds of steps) need not pay for them.
         self.comm.align = train
         self.timer.new_step()
-        batches = {t.index: synthetic.id_batch(self.opts.seed, t.index, t.access, t.rows,
-                                               t.pooling, step, me, b, t.features)
-                   for t in lay.tables}
-        with self._phase("input_a2a"):
-            routed = self._input_a2a(batches)
+        batches = self._batches(step)
+        routed = self._routed(step, batches, train, following)
+        self.seq_count, self.seq_start, self.seq_pos = routed.seq
+        routed = routed.pieces
         with self._phase("lookup"):
             pooled, lookups = {}, {}
             # Test hook: bytes this rank allocates for nothing (the probe must see them).
@@ -325,12 +365,17 @@ class RankExecutor:
 
     # -- input all-to-all ------------------------------------------------------------------
 
-    def _input_a2a(self, batches: dict[int, tuple[np.ndarray, np.ndarray]]
-                   ) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
-        """Two all-to-alls, as TorchRec's sparse-feature dist: first every piece's bag lengths
-        (its table's bags per sending rank: sizes every rank knows from the layout), then the
-        ids, whose sizes the receiver reads off the lengths it got."""
+    def _input_a2a(self, batches: dict[int, tuple[np.ndarray, np.ndarray]], comm: Comm
+                   ) -> "Routed":
+        """Two all-to-alls on `comm`, as TorchRec's sparse-feature dist: first every piece's
+        bag lengths (its table's bags per sending rank: sizes every rank knows from the
+        layout), then the ids, whose sizes the receiver reads off the lengths it got. Writes
+        nothing the step reads but its counters: the sequence tables' indices come back
+        with the ids (a pipelined rank runs this beside the previous step)."""
         lay, me = self.lay, self.rank
+        seq_count: dict[tuple[str, int], int] = {}
+        seq_start: dict[tuple[str, int], int] = {}
+        seq_pos: dict[str, torch.Tensor] = {}
         len_t, id_t = WIRE_INTS[lay.length_bytes], WIRE_INTS[lay.id_bytes]
         out_len: list[list[np.ndarray]] = [[] for _ in range(lay.world)]
         out_ids: list[list[np.ndarray]] = [[] for _ in range(lay.world)]
@@ -345,10 +390,9 @@ class RankExecutor:
                 lengths = np.bincount(sample_of[t.index][keep], minlength=t.bags)
                 ids = ids[keep]
                 if t.sequence:
-                    self.seq_pos[p.key] = torch.from_numpy(np.flatnonzero(keep)).to(
-                        self.device)
+                    seq_pos[p.key] = torch.from_numpy(np.flatnonzero(keep)).to(self.device)
             if t.sequence:
-                self.seq_count[(p.key, me)] = int(ids.size)
+                seq_count[(p.key, me)] = int(ids.size)
             if p.rank == me:
                 mine[p.key] = (lengths, ids)
                 self.stats[p.key].own_ids += int(ids.size)
@@ -360,8 +404,7 @@ class RankExecutor:
             return [torch.from_numpy(np.concatenate(o)) if o else None for o in bufs]
 
         lbs = [lay.length_bytes * lay.tables[p.table].bags for p in self.pieces]
-        got_len = self.comm.alltoall("input_lengths", tensors(out_len),
-                                     [sum(lbs)] * lay.world)
+        got_len = comm.alltoall("input_lengths", tensors(out_len), [sum(lbs)] * lay.world)
         # Per source rank and piece of mine: the bag lengths and how many id bytes follow.
         received: list[list[tuple[np.ndarray, int]]] = [[] for _ in range(lay.world)]
         for src in range(lay.world):
@@ -375,15 +418,15 @@ class RankExecutor:
                 received[src].append((lengths, lay.id_bytes * int(lengths.sum())))
                 self.stats[p.key].lengths_bytes += lb
                 if lay.tables[p.table].sequence:
-                    self.seq_count[(p.key, src)] = int(lengths.sum())
+                    seq_count[(p.key, src)] = int(lengths.sum())
         for p in self.pieces:
             if lay.tables[p.table].sequence:
                 at = 0
                 for src in range(lay.world):
-                    self.seq_start[(p.key, src)] = at
-                    at += self.seq_count[(p.key, src)]
-        got_ids = self.comm.alltoall("input_ids", tensors(out_ids),
-                                     [sum(n for _, n in r) for r in received])
+                    seq_start[(p.key, src)] = at
+                    at += seq_count[(p.key, src)]
+        got_ids = comm.alltoall("input_ids", tensors(out_ids),
+                                [sum(n for _, n in r) for r in received])
         parts: dict[str, list[tuple[np.ndarray, np.ndarray]]] = defaultdict(list)
         for src in range(lay.world):
             if src == me:
@@ -398,9 +441,11 @@ class RankExecutor:
                 self.stats[p.key].ids_bytes += nbytes
                 parts[p.key].append((lengths, ids))
         dev = self.device
-        return {k: (torch.from_numpy(np.concatenate([x[0] for x in v])).to(dev, copy=True),
-                    torch.from_numpy(np.concatenate([x[1] for x in v])).to(dev, copy=True))
-                for k, v in parts.items()}
+        return Routed(
+            {k: (torch.from_numpy(np.concatenate([x[0] for x in v])).to(dev, copy=True),
+                 torch.from_numpy(np.concatenate([x[1] for x in v])).to(dev, copy=True))
+             for k, v in parts.items()},
+            (seq_count, seq_start, seq_pos))
 
     # -- output all-to-alls ----------------------------------------------------------------
 
@@ -565,6 +610,8 @@ class RankExecutor:
     def reset_counters(self) -> None:
         self.mem.start_measuring()
         self.comm.reset()
+        if self.lane is not None:
+            self.lane.reset()
         self.stats.clear()
         self.seconds.clear()
         self.timer.reset()
@@ -577,6 +624,10 @@ class RankExecutor:
         self.seconds.clear()
         self.timer.reset()
         self.comm.settle = False
+        if self.lane is not None:
+            self.lane.timer.reset()
+            self.lane.seconds.clear()
+            self.lane.comm.settle = False
 
     def dump(self) -> dict[str, torch.Tensor]:
         out = {}

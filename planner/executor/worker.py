@@ -73,16 +73,24 @@ def run(run_dir: Path, rank: int, world: int, local_rank: int) -> dict:
         pin_rank(local_rank, world)  # before init: gloo's threads too
     dist.init_process_group(backend, rank=rank, world_size=world,
                             timeout=datetime.timedelta(seconds=opts.collective_timeout_s))
+    ex = None
     try:
         comm = Comm(rank, world, device, hb)
-        ex = RankExecutor(lay, rank, device, comm, opts, run_dir)
-        for i in range(opts.warmup_steps or 0):  # prepare() resolved None
-            ex.step(-1 - i, train=False)
+        # Pipelined: the next step's input all-to-all on a group of its own (input_lane.py).
+        lane = (Comm(rank, world, device, hb, group=dist.new_group(backend=backend))
+                if lay.pipelined else None)
+        ex = RankExecutor(lay, rank, device, comm, opts, run_dir, lane_comm=lane)
+        # Each block of steps (warm-up, measured, timed) prefetches inside itself only, so
+        # that its counters and timings hold its own steps' inputs.
+        warm = [-1 - i for i in range(opts.warmup_steps or 0)]  # prepare() resolved None
+        for i, s in enumerate(warm):
+            ex.step(s, train=False, following=_next(warm, i))
         ex.reset_counters()
         outputs = {}
-        for s in range(opts.steps):
+        measured = list(range(opts.steps))
+        for i, s in enumerate(measured):
             _apply_fault(opts.fault, rank, s)
-            outs = ex.step(s, train=True)
+            outs = ex.step(s, train=True, following=_next(measured, i))
             if opts.keep_outputs:
                 # Kept as numpy copies: harness memory outside torch's allocator, so that on
                 # CPU the memory probe does not count the outputs kept for the reference.
@@ -99,15 +107,22 @@ def run(run_dir: Path, rank: int, world: int, local_rank: int) -> dict:
         # Time comes from steps of its own, the memory probe stopped (job.RunOptions).
         ex.start_timing()
         timed = opts.steps if opts.timed_steps is None else opts.timed_steps
-        for s in range(opts.steps, opts.steps + timed):
-            ex.step(s, train=True)
+        timed_steps = list(range(opts.steps, opts.steps + timed))
+        for i, s in enumerate(timed_steps):
+            ex.step(s, train=True, following=_next(timed_steps, i))
         hb.mark(opts.steps + timed, "done")
         result["timed_steps"] = timed
         result["seconds"] = {k: v / max(timed, 1) for k, v in ex.seconds.items()}
         result["timing"] = _timing(ex)
         return result
     finally:
+        if ex is not None and ex.lane is not None:
+            ex.lane.close()
         dist.destroy_process_group()
+
+
+def _next(steps: list[int], i: int) -> int | None:
+    return steps[i + 1] if i + 1 < len(steps) else None
 
 
 def _measurements(ex: "object", steps: int, device: "object") -> dict:
@@ -122,8 +137,7 @@ def _measurements(ex: "object", steps: int, device: "object") -> dict:
         "device": str(device),
         "steps": steps,
         "buckets": ex.buckets,
-        "collectives": {k: {"sent": c.sent * per, "recv": c.recv * per}
-                        for k, c in ex.comm.counts.items()},
+        "collectives": _collectives(ex, per),
         "pieces": {k: {"ids_bytes": s.ids_bytes * per, "lengths_bytes": s.lengths_bytes * per,
                        "own_ids": s.own_ids * per,
                        "out_fwd_bytes": s.out_fwd_bytes * per,
@@ -139,6 +153,21 @@ def _measurements(ex: "object", steps: int, device: "object") -> dict:
         "memory": {f: sum(getattr(m, f) for m in mem) for f in ("hbm", "ddr", "ssd",
                                                                 "extra_ddr")},
     }
+
+
+def _collectives(ex: "object", per: float) -> dict[str, dict[str, float]]:
+    """Bytes per step by collective, the input lane's (pipelined) with the step's."""
+    from planner.executor.rank import RankExecutor
+
+    assert isinstance(ex, RankExecutor)
+    counts = [ex.comm.counts, *([ex.lane.comm.counts] if ex.lane is not None else [])]
+    raw: dict[str, list[int]] = {}
+    for cs in counts:
+        for k, c in cs.items():
+            o = raw.setdefault(k, [0, 0])
+            o[0] += c.sent
+            o[1] += c.recv
+    return {k: {"sent": s * per, "recv": r * per} for k, (s, r) in raw.items()}
 
 
 def _timing(ex: "object") -> list[dict[str, dict[str, float]]]:

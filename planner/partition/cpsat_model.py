@@ -8,8 +8,9 @@ Variables, per table t and candidate c (docs/DESIGN.md, "Partitioning"):
   HOST_FREE scope    z[t,c,h] and v[t,c,j,h,l]: piece j on local GPU l of host h, each piece
                      once on the chosen host, at most one piece per GPU;
   WORLD scope        fixed: piece i on rank i whenever x is set.
-Per GPU r, load_r = base_r + sum of the chosen pieces' seconds + e_r <= T (compute and
-communication each <= T when the step is pipelined); HBM per GPU and DDR and SSD per host stay
+Per GPU r, load_r = base_r + sum of the chosen pieces' seconds + e_r <= T (and, when the step
+is pipelined, its communication alone + e_r <= T: cost.step_time); HBM per GPU and DDR and
+SSD per host stay
 under caps. e_r is the owner side of the all-to-alls (cost_models/placement.py), per phase k:
   H[h,k] = owner seconds of the pieces on host h,   e[r,k] >= sum_h H[h,k] - H[host(r),k]
            - (inter-host seconds of r's own pieces),  e[r,k] >= 0.
@@ -28,6 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from ortools.sat.python import cp_model
 
+from cost_models import step_time
 from planner.candidates import Candidate, Group, Scope
 from planner.partition.assignment import TableChoice
 from planner.partition.greedy import allowed_mask
@@ -268,27 +270,25 @@ class PartitionModel:
         m, hw, base = self.model, self.problem.hw, self.base
         pipelined = self.problem.model.pipelined
         base_comp, base_comm, _, _ = self._base_ticks()
-        base_load = np.maximum(base_comp, base_comm) if pipelined else base_comp + base_comm
+        base_load = step_time(base_comp, base_comm, pipelined)
         self.owner = self._owner_side()
         ranks = np.flatnonzero(self.scope)
         upper = int(base_load[ranks].max()) if len(ranks) else 0
         upper += 3 * getattr(self, "owner_top", 0)
         for r in ranks.tolist():
             gl = self.gpu[r]
-            upper += int(max(sum(gl.comp), sum(gl.comm)) if pipelined
-                         else sum(gl.comp) + sum(gl.comm))
+            # Pipelined, a piece's comp side may be below 0 (CostBreakdown.sides).
+            upper += sum(abs(c) for c in gl.comp) + sum(gl.comm)
         t_var = m.new_int_var(0, max(upper, 1), "makespan")
         for r in ranks.tolist():
             gl = self.gpu[r]
             wait = sum(self.owner.get(r, []))
+            # cost.step_time: comp + comm, pipelined max(comp + comm, comm); the wait is comm.
+            both = [a + b for a, b in zip(gl.comp, gl.comm, strict=True)]
+            m.add(cp_model.LinearExpr.weighted_sum(gl.vars, both)
+                  + int(base_comp[r] + base_comm[r]) + wait <= t_var)
             if pipelined:
-                m.add(cp_model.LinearExpr.weighted_sum(gl.vars, gl.comp) + int(base_comp[r])
-                      <= t_var)
                 m.add(cp_model.LinearExpr.weighted_sum(gl.vars, gl.comm) + int(base_comm[r])
-                      + wait <= t_var)
-            else:
-                both = [a + b for a, b in zip(gl.comp, gl.comm, strict=True)]
-                m.add(cp_model.LinearExpr.weighted_sum(gl.vars, both) + int(base_load[r])
                       + wait <= t_var)
             free_hbm = int(hw.hbm_cap - base.hbm[r])
             if gl.vars and sum(gl.mem) > free_hbm:
@@ -364,7 +364,7 @@ class PartitionModel:
                 value = max(0, int(total[k] - rate[r // self.g, k]) - own)
                 out[e.index] = value
                 comm += value
-            worst = max(worst, max(comp, comm) if pipelined else comp + comm)
+            worst = max(worst, max(comp + comm, comm) if pipelined else comp + comm)
         out[self.makespan.index] = worst
         return out
 

@@ -2,8 +2,8 @@
 
 Level 1 decides every table's candidate and the host of every group, on host totals: per
 host h, with T the makespan,
-    sum of the host's pieces' seconds + e[h] <= G * T      (compute and communication each,
-                                                            when the step is pipelined)
+    sum of the host's pieces' seconds + e[h] <= G * T      (and, when the step is pipelined,
+                                                            the communication alone)
     T >= the largest piece of each chosen candidate
     HBM of the host's pieces <= G * HBM cap;  DDR, SSD <= the host's caps
     e[h,k] >= G * b * (owner bytes of all pieces - of the host's) - the host's own inter bytes
@@ -141,8 +141,8 @@ class HostModel:
         top = 0
         for h in range(self.hosts):
             tm = self.terms[h]
-            top += sum(tm["comp"]) + sum(tm["comm"])
-        top += sum(int(pv[:, :2].sum()) for _, pv in world)
+            top += sum(abs(x) for x in tm["comp"]) + sum(tm["comm"])
+        top += sum(int(np.abs(pv[:, :2]).sum()) for _, pv in world)
         rate_top = sum(sum(sum(r) for r in tm["rate"]) for tm in self.terms)
         rate_top += sum(int(pv[:, 8:11].sum()) for _, pv in world)
         top = max(top + 3 * self.g * rate_top, 1)
@@ -182,11 +182,11 @@ class HostModel:
                     m.add(e >= g * (total[k] - host_rate[h][k]) - own)
                     wait.append(e)
             self.e_vars.append(wait)
+            # Each GPU's step (cost.step_time) is at least comp + comm + wait; pipelined,
+            # also at least comm + wait (comp may be below 0 there): so are the host's sums.
+            m.add(lin("comp", 0) + lin("comm", 1) + sum(wait) <= g * t_var)
             if pipelined:
-                m.add(lin("comp", 0) <= g * t_var)
                 m.add(lin("comm", 1) + sum(wait) <= g * t_var)
-            else:
-                m.add(lin("comp", 0) + lin("comm", 1) + sum(wait) <= g * t_var)
             m.add(lin("hbm", 2) <= g * hw.hbm_cap)
             m.add(lin("ddr", 3) <= hw.ddr_cap)
             m.add(lin("ssd", 4) <= hw.ssd_cap)
@@ -231,7 +231,7 @@ class HostModel:
                 m.add_hint(e, value)
                 wait += value
             comp, comm = int(per_host[h, 0]), int(per_host[h, 1])
-            load = (max(comp, comm + wait) if self.problem.model.pipelined
+            load = (max(comp + comm + wait, comm + wait) if self.problem.model.pipelined
                     else comp + comm + wait)
             need = max(need, -(-load // g))
         m.add_hint(self.makespan, need)

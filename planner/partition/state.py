@@ -5,7 +5,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from cost_models import HardwareProfile, ModelGeom, step_fixed
+from cost_models import HardwareProfile, ModelGeom, step_fixed, step_time
 from cost_models.placement import owner_deficit, wait_of
 from planner.candidates import Candidate, Group, Scope
 
@@ -43,9 +43,9 @@ class LoadState:
         self.g = hw.gpus_per_host
         self.w = hw.world_size
         # Every GPU pays the step's all-to-all calls whatever it holds (cost.step_fixed).
-        fixed = step_fixed(hw)
-        self.comp = np.full(self.w, fixed.compute)
-        self.comm = np.full(self.w, fixed.comm)
+        fixed_comp, fixed_comm = step_fixed(hw).sides(model.pipelined)
+        self.comp = np.full(self.w, fixed_comp)
+        self.comm = np.full(self.w, fixed_comm)
         self.hbm = np.zeros(self.w, dtype=np.int64)
         self.ddr = np.zeros(hw.hosts, dtype=np.int64)
         self.ssd = np.zeros(hw.hosts, dtype=np.int64)
@@ -72,7 +72,7 @@ class LoadState:
         return new
 
     def combine(self, comp: np.ndarray, comm: np.ndarray) -> np.ndarray:
-        return np.maximum(comp, comm) if self.pipelined else comp + comm
+        return step_time(comp, comm, self.pipelined)
 
     def deficit(self) -> np.ndarray:
         """(W, 3) owner-side bytes beyond each GPU's pieces' (placement.py); zeros where the

@@ -40,8 +40,10 @@ class ModelSpec(StrictModel):
             " a data-parallel table's gradient all-reduce; bytes as for fwd_comm_precision."))
     pipelined: Annotated[bool, Field(strict=True)] = Field(
         False, description=(
-            "Whether lookups and communication overlap: a GPU's step time is then "
-            "max(compute, communication) instead of their sum."))
+            "Whether the next batch's input all-to-all runs beside this batch's work, as "
+            "TorchRec's sparse-dist train pipeline runs it: a GPU's step time is then "
+            "communication + max(0, compute - input all-to-all) instead of compute + "
+            "communication."))
     tables: Annotated[list[TableSpec], Field(min_length=1, max_length=MAX_TABLES)] = Field(
         description=(
             "The embedding tables, with unique names."))
