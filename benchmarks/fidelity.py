@@ -41,8 +41,8 @@ from benchmarks import RESULTS, write_results
 from planner.executor.compare import PHASES, spearman
 from planner.executor.job import RunOptions
 from planner.executor.run import ExecutionReport, execute
-from planner.plan_model import Plan
-from planner.planning import plan
+from planner.plan_model import Plan, PlanLayout
+from planner.planning import evaluate, plan
 from planner.presets import preset_dict
 
 COMMAND = "PYTHONPATH=. python -m benchmarks.fidelity"
@@ -152,6 +152,15 @@ def timed_execution(p: Plan, scale: float, batch: int, warm: int) -> ExecutionRe
                    scale_rows=scale, batch=batch, timeout_s=900, reference=False)
 
 
+def sequential_twin(p: Plan) -> Plan:
+    """The same layout with the step not pipelined, scored by planning.evaluate: what the
+    pipelined plan's measured gain is held to."""
+    model = p.request.model.model_copy(update={"pipelined": False})
+    request = p.request.model_copy(update={"model": model})
+    return evaluate(PlanLayout(schema_version=p.schema_version, request=request,
+                               tables=p.tables))
+
+
 def run_plan(name: str, p: Plan) -> dict[str, Any]:
     """The plan executed EXECUTIONS times; the execution whose measured step (collectives in
     wall time) is the median of them is reported, every figure from that one."""
@@ -254,6 +263,11 @@ def run_set(hardware: dict[str, Any], tag: str, names: list[str], runs: int
                                    for t in p.tables}),
                      solver=PLANS[n][3], hosts=PLANS[n][1], gpus_per_host=PLANS[n][2],
                      scale_rows=PLANS[n][6], batch=PLANS[n][7], fixture=PLANS[n][0])
+            if n in PIPELINED:
+                twin = run_plan(n, sequential_twin(p))
+                r["sequential_twin"] = {c: {k: twin["by_clock"][c]["plan"][k] for k in
+                                            ("predicted_step_s", "measured_step_s")}
+                                        for c in CLOCKS}
             res[n] = r
             pw, pc = (r["by_clock"][c]["plan"] for c in CLOCKS)
             print(f"[{tag} run {i + 1}] {n}: predicted {pw['predicted_step_s']:.3g} s, "
@@ -370,7 +384,32 @@ def markdown(body: dict[str, Any]) -> str:
                     f"| {pl['predicted_slowest']} / {pl['measured_slowest']} | "
                     f"{_f(pl['mean_abs_rel_error'], True)} |")
             lines.append("")
+            lines += twin_lines(sec, clock)
     return "\n".join(lines) + "\n"
+
+
+def twin_lines(sec: dict[str, Any], clock: str) -> list[str]:
+    """Each pipelined plan beside its sequential twin (the same layout, not pipelined):
+    the step time pipelining saves, predicted and measured."""
+    first = sec["runs"][0]["plans"]
+    names = sorted(n for n in first if "sequential_twin" in first[n])
+    if not names:
+        return []
+    out = ["Pipelining measured: each `_pipe` plan against the same layout run in turn "
+           "(sequential twin, scored by `planning.evaluate`); saved = 1 - pipelined / "
+           "sequential step.", "",
+           "| plan | predicted pipelined / sequential | predicted saved | measured pipelined "
+           "/ sequential (each run) | measured saved (each run) |", "|---|---|---|---|---|"]
+    for n in names:
+        pred = first[n]["by_clock"][clock]["plan"]["predicted_step_s"]
+        tw = first[n]["sequential_twin"][clock]["predicted_step_s"]
+        meas = [(run["plans"][n]["by_clock"][clock]["plan"]["measured_step_s"],
+                 run["plans"][n]["sequential_twin"][clock]["measured_step_s"])
+                for run in sec["runs"]]
+        out.append(f"| {n} | {pred:.3g} / {tw:.3g} s | {_f(1 - pred / tw, True)} | "
+                   + ", ".join(f"{a:.3g} / {b:.3g} s" for a, b in meas) + " | "
+                   + ", ".join(_f(1 - a / b, True) for a, b in meas) + " |")
+    return [*out, ""]
 
 
 def main(argv: list[str] | None = None) -> None:
