@@ -87,3 +87,45 @@ def test_sequence_tables_pipelined(tmp_path):
     rep = execute(p, RunOptions(steps=3, warmup_steps=0, collective_timeout_s=60),
                   run_dir=tmp_path, timeout_s=180)
     assert rep.ok, [(c.name, c.detail) for c in rep.checks if not c.ok]
+
+
+def test_memory_probe_steps_run_in_turn_on_cpu(runs):
+    """torch.profiler records no allocation made on another thread, so on CPU the probe's
+    steps run their inputs in turn, and the memory check says what it did not measure."""
+    pip, _ = runs[True]
+    assert all(r["pipelined_measured_steps"] is False for r in pip.ranks)
+    check = next(c for c in pip.checks if c.name.startswith("memory peak"))
+    assert check.ok and "not measured" in check.detail
+    seq, _ = runs[False]
+    check = next(c for c in seq.checks if c.name.startswith("memory peak"))
+    assert "not measured" not in check.detail
+
+
+def test_the_cpu_profiler_records_no_other_threads_allocation():
+    """Why the CPU probe's steps run in turn (worker.py): should torch.profiler start to
+    record other threads' allocations, this fails, and the lane can run in them too."""
+    import threading
+
+    from torch.profiler import ProfilerActivity, profile
+
+    kept = []
+
+    def alloc() -> None:
+        kept.append(torch.empty(1 << 20, dtype=torch.uint8))
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        t = threading.Thread(target=alloc)
+        t.start()
+        t.join()
+        kept.append(torch.empty(1 << 21, dtype=torch.uint8))
+    sizes = []
+
+    def walk(node) -> None:
+        if type(node.extra_fields).__name__ == "_ExtraFields_Allocation":
+            sizes.append(int(node.extra_fields.alloc_size))
+        for c in node.children:
+            walk(c)
+
+    for root in prof.profiler.kineto_results.experimental_event_tree():
+        walk(root)
+    assert 1 << 21 in sizes and 1 << 20 not in sizes
