@@ -274,8 +274,11 @@ class Timer:
     phase it runs in; an excluded span (the barrier before a collective) counts nowhere.
     Waits for the device at the end of a span so GPU time is not hidden in the next one."""
 
-    def __init__(self, device: torch.device, into: dict[str, float]) -> None:
-        self.device, self.into = device, into
+    def __init__(self, device: torch.device, into: dict[str, float],
+                 stream: "torch.cuda.Stream | None" = None) -> None:
+        """`stream`: on CUDA, a span waits for this stream only (an input lane's), else
+        for the whole device."""
+        self.device, self.into, self.stream = device, into, stream
         self.steps: list[dict[str, PhaseTime]] = []
         self._stack: list[_Frame] = []
 
@@ -327,7 +330,9 @@ class _Span:
                                         time.thread_time(), time.process_time()))
 
     def __exit__(self, *exc: object) -> None:
-        if self.timer.device.type == "cuda":
+        if self.timer.stream is not None:
+            self.timer.stream.synchronize()
+        elif self.timer.device.type == "cuda":
             torch.cuda.synchronize(self.timer.device)
         f = self.timer._stack.pop()
         self.timer._close(f, time.perf_counter() - f.wall0, time.thread_time() - f.cpu0,

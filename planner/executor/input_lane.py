@@ -9,13 +9,16 @@ in one order) and its own Timer (comm.Timer is one thread's stack of spans). The
 routes do not depend on the weights, so a pipelined step computes what the sequential one
 does, bit for bit.
 
-On CUDA the lane's copies run on the current stream of its thread; no GPU was at hand to
-measure the overlap there (README, Executor).
+On CUDA the lane runs on a stream of its own (NCCL's work is ordered after the stream it is
+called from) and its timer waits for that stream only; its result is complete when taken
+(the span synchronized the stream), and every tensor of it is recorded on the taking
+thread's stream, so the caching allocator does not hand its blocks to the lane again while
+the step still reads them. No GPU was at hand to run this (README, Executor).
 """
 
 import contextlib
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Generic, TypeVar
 
@@ -29,10 +32,14 @@ T = TypeVar("T")
 class InputLane(Generic[T]):
     """At most one input exchange in flight: `start` it for a step, `take` it in that step."""
 
-    def __init__(self, comm: Comm, device: torch.device) -> None:
+    def __init__(self, comm: Comm, device: torch.device,
+                 tensors_of: Callable[[T], Iterable[torch.Tensor]]) -> None:
+        """`tensors_of`: every tensor of a result (recorded on the taker's CUDA stream)."""
         self.comm = comm
         self.seconds: dict[str, float] = defaultdict(float)
-        self.timer = Timer(device, self.seconds)
+        self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None
+        self.tensors_of = tensors_of
+        self.timer = Timer(device, self.seconds, self.stream)
         comm.timer = self.timer
         self.device = device
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="input-lane")
@@ -46,9 +53,11 @@ class InputLane(Generic[T]):
         self.timer.new_step()
 
         def run() -> T:
-            if self.device.type == "cuda":
-                torch.cuda.set_device(self.device)
-            with self.timer("input_a2a"):
+            if self.stream is None:
+                with self.timer("input_a2a"):
+                    return work(self.comm)
+            torch.cuda.set_device(self.device)
+            with torch.cuda.stream(self.stream), self.timer("input_a2a"):
                 return work(self.comm)
 
         self._pending = (step, self._pool.submit(run))
@@ -63,6 +72,10 @@ class InputLane(Generic[T]):
             raise RuntimeError(f"input lane: holds step {at}'s exchange, step {step} ran")
         self._pending = None
         out = fut.result()
+        if self.stream is not None:
+            taker = torch.cuda.current_stream(self.device)
+            for t in self.tensors_of(out):
+                t.record_stream(taker)
         return out, self.timer.steps[-1]["input_a2a"]
 
     def drain(self) -> None:

@@ -105,6 +105,9 @@ class Routed:
     pieces: dict[str, tuple[torch.Tensor, torch.Tensor]]
     seq: tuple[dict[tuple[str, int], int], dict[tuple[str, int], int], dict[str, torch.Tensor]]
 
+    def tensors(self) -> list[torch.Tensor]:
+        return [t for pair in self.pieces.values() for t in pair] + list(self.seq[2].values())
+
 
 @dataclass
 class PieceStats:
@@ -120,8 +123,8 @@ class RankExecutor:
                  opts: RunOptions, work_dir: Path, lane_comm: Comm | None = None) -> None:
         """`lane_comm`: a pipelined plan's input lane's collectives (their own group)."""
         self.lay, self.rank, self.device, self.comm, self.opts = lay, rank, device, comm, opts
-        self.lane: InputLane[Routed] | None = (InputLane(lane_comm, device)
-                                               if lane_comm is not None else None)
+        self.lane: InputLane[Routed] | None = (
+            InputLane(lane_comm, device, Routed.tensors) if lane_comm is not None else None)
         self.optim = kernels.OptimConfig(lr=opts.lr, eps=opts.eps)
         self.b = lay.batch
         # First, so that on CPU the profiler sees the stores being built.
