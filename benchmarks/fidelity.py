@@ -16,9 +16,9 @@ twice: Spearman between the two runs' measured step times says whether the ranki
 
 Before calibration: plans predicted on the h100 preset (GPU figures against a CPU: the
 errors are the distance between the two machines, only the rankings mean anything). After
-calibration: when `planner calibrate` exists, it is run on this machine first (its own
-microbenchmarks, never these plans) and every plan is made again with `--hardware` that
-profile; otherwise the results say "not available".
+calibration: when `planner calibrate` exists, it is run on this machine first, every run
+(its own microbenchmarks, never these plans), and every plan is made with `--hardware` that
+profile (a kept plan's layout scored again under it); otherwise the results say "not available".
 
 Usage (from the repo root):
     PYTHONPATH=. python -m benchmarks.fidelity [--only NAME ...] [--runs 2]
@@ -42,7 +42,7 @@ from planner.executor.compare import PHASES, spearman
 from planner.executor.job import RunOptions
 from planner.executor.run import ExecutionReport, execute
 from planner.plan_model import Plan, PlanLayout
-from planner.planning import evaluate, plan
+from planner.planning import evaluate, plan, resolve
 from planner.presets import preset_dict
 
 COMMAND = "PYTHONPATH=. python -m benchmarks.fidelity"
@@ -126,10 +126,21 @@ def request(name: str, hardware: dict[str, Any]) -> dict[str, Any]:
 
 
 def plan_for(name: str, hardware: dict[str, Any], tag: str) -> tuple[Plan, Path]:
+    """The plan of `name` on `hardware`: its kept layout (PLAN_DIR), scored again by
+    planning.evaluate when the kept file was made on other hardware (a fresh calibration),
+    so the prediction is this machine's; planned (and kept) when there is none."""
     path = PLAN_DIR / tag / f"{name}.plan.json"
+    req = request(name, hardware)
     if path.exists():
-        return Plan.model_validate_json(path.read_text()), path
-    p = plan(request(name, hardware))
+        kept = Plan.model_validate_json(path.read_text())
+        resolved = resolve(req)
+        if kept.request.hardware == resolved.hardware:
+            return kept, path
+        p = evaluate(PlanLayout(schema_version=kept.schema_version, request=resolved,
+                                tables=kept.tables))
+        path.write_text(p.model_dump_json(indent=1) + "\n")
+        return p, path
+    p = plan(req)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(p.model_dump_json(indent=1) + "\n")
     return p, path
@@ -233,13 +244,16 @@ def calibrate_available() -> bool:
     return subprocess.run([exe, "calibrate", "--help"], capture_output=True).returncode == 0
 
 
-def calibrated_hardware() -> dict[str, Any] | None:
-    """`planner calibrate` on this machine (its microbenchmarks, not the plans scored), as a
-    hardware spec; None when the command does not exist."""
+def calibrated_hardware(reuse: bool = False) -> dict[str, Any] | None:
+    """`planner calibrate` on this machine (its microbenchmarks, not the plans scored; about
+    35 s), as a hardware spec; None when the command does not exist. Run every time: a
+    profile kept from another machine is not this one's (the kept profile of 11-24 was made
+    on another kernel build, fc-v657, and this machine's kernel constants came out 0.5-1.5x
+    of it). `reuse`: keep the profile there is, if any."""
     if not calibrate_available():
         return None
     out = RESULTS / "fidelity_profile.json"
-    if not out.exists():
+    if not (reuse and out.exists()):
         subprocess.run(["planner", "calibrate", "--device", "cpu", "--world-size",
                         str(RANKS), "-o", str(out)], check=True)
     return json.loads(out.read_text())
@@ -417,6 +431,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--only", nargs="*", default=None, help="plan names (default: all)")
     ap.add_argument("--runs", type=int, default=2)
     ap.add_argument("--no-write", action="store_true", help="print, do not write results")
+    ap.add_argument("--reuse-profile", action="store_true",
+                    help="keep benchmarks/results/fidelity_profile.json (default: calibrate "
+                         "again on this machine)")
     args = ap.parse_args(argv)
     names = args.only or list(PLANS)
     load_before = [round(x, 2) for x in os.getloadavg()]
@@ -428,7 +445,7 @@ def main(argv: list[str] | None = None) -> None:
         "load_before": load_before, "steps": STEPS, "code": code_state(),
         "preset": run_set(preset_dict("h100"), "preset", names, args.runs),
     }
-    hw = calibrated_hardware()
+    hw = calibrated_hardware(args.reuse_profile)
     if hw is None:
         body["calibrated"] = None
         body["calibration_note"] = ("after calibration: not available (`planner calibrate` "
