@@ -244,16 +244,26 @@ def calibrate_available() -> bool:
     return subprocess.run([exe, "calibrate", "--help"], capture_output=True).returncode == 0
 
 
+def made_here(profile: Path) -> bool:
+    """Whether the profile's provenance names this machine's platform (kernel build
+    included) and host name."""
+    prov = profile.with_suffix(".provenance.json")
+    if not prov.exists():
+        return False
+    got = json.loads(prov.read_text())
+    return got.get("platform") == platform.platform() and got.get("host") == platform.node()
+
+
 def calibrated_hardware(reuse: bool = False) -> dict[str, Any] | None:
     """`planner calibrate` on this machine (its microbenchmarks, not the plans scored; about
     35 s), as a hardware spec; None when the command does not exist. Run every time: a
     profile kept from another machine is not this one's (the kept profile of 11-24 was made
     on another kernel build, fc-v657, and this machine's kernel constants came out 0.5-1.5x
-    of it). `reuse`: keep the profile there is, if any."""
+    of it). `reuse`: keep the profile there is, if it was made on this machine (made_here)."""
     if not calibrate_available():
         return None
     out = RESULTS / "fidelity_profile.json"
-    if not (reuse and out.exists()):
+    if not (reuse and out.exists() and made_here(out)):
         subprocess.run(["planner", "calibrate", "--device", "cpu", "--world-size",
                         str(RANKS), "-o", str(out)], check=True)
     return json.loads(out.read_text())
@@ -432,8 +442,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--runs", type=int, default=2)
     ap.add_argument("--no-write", action="store_true", help="print, do not write results")
     ap.add_argument("--reuse-profile", action="store_true",
-                    help="keep benchmarks/results/fidelity_profile.json (default: calibrate "
-                         "again on this machine)")
+                    help="keep benchmarks/results/fidelity_profile.json if it was made on "
+                         "this machine (default: calibrate again)")
     args = ap.parse_args(argv)
     names = args.only or list(PLANS)
     load_before = [round(x, 2) for x in os.getloadavg()]

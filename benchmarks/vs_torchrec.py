@@ -450,12 +450,12 @@ def markdown(all_rows: list[dict[str, Any]], summary: dict[str, Any], meta: dict
 
 
 def _referee() -> dict[str, Any]:
-    """benchmarks/referee.py on the profile benchmarks/fidelity.py calibrates (made first
-    when it is not there)."""
+    """benchmarks/referee.py on the profile benchmarks/fidelity.py calibrates (kept when
+    made on this machine, else made again)."""
     from benchmarks.fidelity import calibrated_hardware
     from benchmarks.referee import run_all
 
-    hw = calibrated_hardware()
+    hw = calibrated_hardware(reuse=True)
     if hw is None:
         raise SystemExit("the referee needs `planner calibrate`")
     ref = run_all(hw)
