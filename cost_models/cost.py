@@ -74,7 +74,8 @@ def traffic_cost(t: PieceTraffic, hw: HardwareProfile) -> CostBreakdown:
         # Launch overheads: one lookup kernel forward, one update backward, per piece; the
         # per-row and per-id terms are 0 in the presets (calibration fits them).
         lookup=t.hbm_fwd / hw.eff_hbm_bw + c.piece_overhead_s
-        + c.cache_probe_s * t.cache_probes,
+        + c.cache_probe_s * t.cache_probes
+        + (c.lookup_id_s * t.lookups if t.hbm_fwd > 0 else 0.0),
         backward=t.hbm_bwd / (hw.eff_hbm_bw * c.backward_efficiency) + c.update_launch_s
         + c.update_row_s * t.updated_rows + c.backward_id_s * t.lookups,
         # Bytes, plus the fixed host-side work of a piece that touches host memory.

@@ -66,6 +66,11 @@ class CostConstants:
     backward_id_s: backward time per id looked up, beside its bytes: sorting the ids and
         routing each one's pooled gradient to its row (FBGEMM's backward sorts them too). 0 in
         the presets; planner calibrate fits it.
+    lookup_id_s: lookup time per id a piece serves from HBM (tiers hbm and hbm_cache), beside
+        its bytes: each id's row is a random access, and a CPU's caches make one id of a
+        large table cost more than its bytes (measured: lookups of 16,384 ids ran 4x the
+        bytes-only fit's time). 0 in the presets (a GPU's gathers are priced by their bytes);
+        planner calibrate fits it.
     cache_probe_s: lookup time per id of an hbm_cache piece beside its bytes: finding the id
         among the cached rows and counting it for the eviction policy (an ssd piece's probe
         runs on the host, inside its cache_miss). 0 in the presets (FBGEMM's probe is fused
@@ -100,6 +105,7 @@ class CostConstants:
     host_piece_overhead_s: float = 0.0
     update_row_s: float = 0.0
     backward_id_s: float = 0.0
+    lookup_id_s: float = 0.0
     cache_probe_s: float = 0.0
     cache_step_s: float = 0.0
     allreduce_table_hop_s: float = 0.0

@@ -22,7 +22,7 @@ TRUE = {
     "inv_backward_bw": 1 / 2e9, "a2a_call_latency_s": 3e-4, "a2a_peer_latency_s": 2e-4,
     "allreduce_call_latency_s": 4e-4, "allreduce_hop_latency_s": 1e-4, "inv_link_bw": 1 / 1e9,
     "host_piece_overhead_s": 2e-4, "inv_host_bw": 1 / 3e9, "inv_ssd_bw": 1 / 8e9,
-    "update_row_s": 2e-7, "backward_id_s": 5e-8, "cache_probe_s": 1e-7,
+    "update_row_s": 2e-7, "backward_id_s": 5e-8, "cache_probe_s": 1e-7, "lookup_id_s": 4e-8,
     "cache_step_s": 3e-4, "cache_slot_s": 5e-7, "allreduce_table_hop_s": 3e-5,
 }
 
@@ -38,8 +38,9 @@ def synthetic(noise: float, outliers: float, seed: int = 0) -> Measurements:
 
     m = Measurements()
     for i, b in enumerate(np.geomspace(1e4, 1e8, 25)):
-        m.lookup.append({"bytes": b, "seconds": t(TRUE["piece_overhead_s"]
-                                                  + b * TRUE["inv_hbm_bw"])})
+        ids = b / (72 * 4 ** (i % 3))  # ids of 64- to 1,024-byte rows, plus their 8-byte id
+        m.lookup.append({"bytes": b, "lookups": ids, "seconds": t(
+            TRUE["piece_overhead_s"] + b * TRUE["inv_hbm_bw"] + ids * TRUE["lookup_id_s"])})
         # Distinct rows: a row of 64 to 1,024 bytes (dims and optimizers differ).
         u = b / (64 * 2 ** (i % 5))
         n = u * (1 + 7 * (i // 5 % 2))  # ids: each distinct row looked up once or 8 times
@@ -58,7 +59,8 @@ def synthetic(noise: float, outliers: float, seed: int = 0) -> Measurements:
                                     + ssd * TRUE["inv_ssd_bw"] + slots * TRUE["cache_slot_s"]
                                     + (TRUE["cache_step_s"] if slots else 0.0)),
                        "lookup_seconds": t(TRUE["piece_overhead_s"] + hits * TRUE["inv_hbm_bw"]
-                                           + n * TRUE["cache_probe_s"])})
+                                           + n * (TRUE["cache_probe_s"]
+                                                  + TRUE["lookup_id_s"]))})
     for w in (2, 3, 4):
         for b in np.geomspace(64, 4e6, 8):
             m.alltoall.append({"world": w, "bytes": b, "seconds": t(
@@ -93,7 +95,7 @@ def test_robust_loss_resists_outliers_where_plain_least_squares_does_not() -> No
     worst: dict[str, list[float]] = {"soft_l1": [], "linear": []}
     for seed in range(4):
         m = synthetic(noise=0.02, outliers=0.2, seed=seed)
-        for rows, names in ((m.lookup, ("piece_overhead_s", "inv_hbm_bw")),
+        for rows, names in ((m.lookup, ("piece_overhead_s", "inv_hbm_bw", "lookup_id_s")),
                             (m.backward, ("update_launch_s", "inv_backward_bw",
                                           "update_row_s", "backward_id_s"))):
             b = np.array([r["bytes"] for r in rows])
@@ -104,8 +106,9 @@ def test_robust_loss_resists_outliers_where_plain_least_squares_does_not() -> No
                 f = fit_linear(x, t, names, loss=loss)
                 errs.append(max(abs(f.value(n) / TRUE[n] - 1) for n in names))
     robust, plain = float(np.mean(worst["soft_l1"])), float(np.mean(worst["linear"]))
-    # Measured: soft-l1 within ~1% of the truth, plain least squares 3-15% off.
-    assert robust < 0.02 and plain > 3 * robust, (robust, plain)
+    # Measured: soft-l1 within ~2% of the truth (the worst constant of each fit, 2.02% on
+    # average since lookups have a per-id term too), plain least squares ~16% off.
+    assert robust < 0.03 and plain > 3 * robust, (robust, plain)
 
 
 def test_profile_from_a_fit_is_a_hardware_spec_that_plans(tmp_path: Path) -> None:
@@ -193,7 +196,7 @@ def test_host_overhead_left_out_of_the_json_at_its_default() -> None:
     # before it hash as they did.
     from planner.spec.hardware import ConstantsSpec
 
-    for name in ("host_piece_overhead_s", "update_row_s", "backward_id_s", "cache_probe_s",
-                 "cache_step_s", "cache_slot_s", "allreduce_table_hop_s"):
+    for name in ("host_piece_overhead_s", "update_row_s", "backward_id_s", "lookup_id_s",
+                 "cache_probe_s", "cache_step_s", "cache_slot_s", "allreduce_table_hop_s"):
         assert name not in ConstantsSpec().model_dump()
         assert ConstantsSpec(**{name: 1e-4}).model_dump()[name] == 1e-4

@@ -171,7 +171,7 @@ def bench_kernels(cfg: BenchConfig, device: torch.device, out: Measurements,
                                 uniq_n.append(int(uniq.numel()))
                         if opt is cfg.optimizers[0]:
                             out.lookup.append({"bytes": n * (dim * 4 + ID_BYTES),
-                                               "launches": 1.0,
+                                               "launches": 1.0, "lookups": float(n),
                                                "seconds": statistics.median(t_look),
                                                "rows": rows, "dim": dim, "pooling": pooling,
                                                "batch": batch})

@@ -1,10 +1,10 @@
 """Fit the named constants from measurements and write them into a hardware profile.
 
 Three fits, each of the cost model's own form (cost.py, latency.py):
-- kernels: lookup t = piece_overhead_s + bytes / eff_hbm_bw (+ cache_probe_s per id of an
-  hbm_cache piece; bytes: hbm_fwd; the time: a piece's bag offsets and pool, as rank.py's
-  step runs them) and backward t = update_launch_s + bytes / (eff_hbm_bw *
-  backward_efficiency) + update_row_s * distinct rows + backward_id_s * ids.
+- kernels: lookup t = piece_overhead_s + bytes / eff_hbm_bw + lookup_id_s per id (+
+  cache_probe_s per id of an hbm_cache piece; bytes: hbm_fwd; the time: a piece's bag
+  offsets and pool, as rank.py's step runs them) and backward t = update_launch_s + bytes /
+  (eff_hbm_bw * backward_efficiency) + update_row_s * distinct rows + backward_id_s * ids.
 - host tiers: a ddr, hbm_cache or ssd piece's cache_miss time per step,
   t = host_piece_overhead_s + host bytes / eff_host_read_bw + SSD bytes / eff_ssd_bw +
   (a cached piece) cache_step_s + cache_slot_s * cache slots (the bytes and slots:
@@ -35,7 +35,7 @@ from planner.calibration.fit import FitResult, fit_linear
 from planner.presets import preset_dict
 
 KERNEL_NAMES = ("piece_overhead_s", "update_launch_s", "inv_hbm_bw", "inv_backward_bw",
-                "update_row_s", "backward_id_s", "cache_probe_s")
+                "update_row_s", "backward_id_s", "cache_probe_s", "lookup_id_s")
 
 
 def _cached_lookups(m: Measurements) -> list[dict[str, Any]]:
@@ -43,19 +43,27 @@ def _cached_lookups(m: Measurements) -> list[dict[str, Any]]:
     return [r for r in m.host if r["tier"] == "hbm_cache" and "lookup_seconds" in r]
 
 
+def _ids(r: dict[str, Any]) -> float:
+    """Ids a lookup point looked up (a profile's points from before the field: batch x
+    pooling)."""
+    if "lookups" in r:
+        return float(r["lookups"])
+    return float(r["batch"]) * float(r["pooling"])
+
+
 def fit_kernels(m: Measurements) -> FitResult:
-    """Lookups: t = piece_overhead_s + bytes * inv_hbm_bw (+ cache_probe_s per id of an
-    hbm_cache piece, whose bytes are its hits' and ids'); backward: t = update_launch_s +
-    bytes * inv_backward_bw + update_row_s * distinct rows + backward_id_s * ids (cost.py
-    traffic_cost)."""
-    rows = [[1.0, 0.0, float(r["bytes"]), 0.0, 0.0, 0.0, 0.0] for r in m.lookup]
+    """Lookups: t = piece_overhead_s + bytes * inv_hbm_bw + lookup_id_s per id (+
+    cache_probe_s per id of an hbm_cache piece, whose bytes are its hits' and ids');
+    backward: t = update_launch_s + bytes * inv_backward_bw + update_row_s * distinct rows
+    + backward_id_s * ids (cost.py traffic_cost)."""
+    rows = [[1.0, 0.0, float(r["bytes"]), 0.0, 0.0, 0.0, 0.0, _ids(r)] for r in m.lookup]
     t = [float(r["seconds"]) for r in m.lookup]
-    rows += [[0.0, 1.0, 0.0, float(r["bytes"]), float(r["unique"]), float(r["lookups"]), 0.0]
-             for r in m.backward]
+    rows += [[0.0, 1.0, 0.0, float(r["bytes"]), float(r["unique"]), float(r["lookups"]), 0.0,
+              0.0] for r in m.backward]
     t += [float(r["seconds"]) for r in m.backward]
     cached = _cached_lookups(m)
-    rows += [[1.0, 0.0, float(r["hbm_fwd_bytes"]), 0.0, 0.0, 0.0, float(r["lookups"])]
-             for r in cached]
+    rows += [[1.0, 0.0, float(r["hbm_fwd_bytes"]), 0.0, 0.0, 0.0, float(r["lookups"]),
+              float(r["lookups"])] for r in cached]
     t += [float(r["lookup_seconds"]) for r in cached]
     return _fit_seen_columns(np.array(rows), np.array(t), KERNEL_NAMES)
 

@@ -207,6 +207,11 @@ class ConstantsSpec(StrictModel):
         _DEFAULT_CONSTANTS.backward_id_s, description=(
             "Backward time per id looked up (sorting the ids, routing each gradient to its "
             "row), beside its bytes, in seconds (0: bytes only; planner calibrate fits it)."))
+    lookup_id_s: Seconds = Field(
+        _DEFAULT_CONSTANTS.lookup_id_s, description=(
+            "Lookup time per id a piece serves from HBM (hbm, hbm_cache), beside its bytes "
+            "(a random row access each), in seconds (0: bytes only; planner calibrate fits "
+            "it)."))
     cache_probe_s: Seconds = Field(
         _DEFAULT_CONSTANTS.cache_probe_s, description=(
             "Lookup time per id of an hbm_cache piece: finding it among the cached rows "
@@ -226,7 +231,8 @@ class ConstantsSpec(StrictModel):
         """Constants added after plans were hashed are left out of the JSON at their default
         (0: no term), so a request that does not set them hashes as before."""
         return drop_absent(handler(self), ("host_piece_overhead_s", "update_row_s",
-                                           "backward_id_s", "cache_probe_s", "cache_step_s",
+                                           "backward_id_s", "lookup_id_s", "cache_probe_s",
+                                           "cache_step_s",
                                            "cache_slot_s", "allreduce_table_hop_s"),
                            absent=0.0)
 
