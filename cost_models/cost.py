@@ -70,13 +70,17 @@ def traffic_cost(t: PieceTraffic, hw: HardwareProfile) -> CostBreakdown:
     The data-parallel all-reduce runs at the ring's bus bandwidth (hardware.eff_allreduce_bw).
     """
     c = hw.constants
+    # The device cache's share of the HBM bytes runs device_cache_*_factor times faster.
+    fwd_scale = 1.0 - t.resident_fwd + t.resident_fwd / c.device_cache_fwd_factor
+    bwd_scale = 1.0 - t.resident_bwd + t.resident_bwd / c.device_cache_bwd_factor
     return CostBreakdown(
         # Launch overheads: one lookup kernel forward, one update backward, per piece; the
         # per-row and per-id terms are 0 in the presets (calibration fits them).
-        lookup=t.hbm_fwd / hw.eff_hbm_bw + c.piece_overhead_s
+        lookup=t.hbm_fwd * fwd_scale / hw.eff_hbm_bw + c.piece_overhead_s
         + c.cache_probe_s * t.cache_probes
         + (c.lookup_id_s * t.lookups if t.hbm_fwd > 0 else 0.0),
-        backward=t.hbm_bwd / (hw.eff_hbm_bw * c.backward_efficiency) + c.update_launch_s
+        backward=t.hbm_bwd * bwd_scale / (hw.eff_hbm_bw * c.backward_efficiency)
+        + c.update_launch_s
         + c.update_row_s * t.updated_rows + c.backward_id_s * t.lookups,
         # Bytes, plus the fixed host-side work of a piece that touches host memory.
         cache_miss=t.host / hw.eff_host_read_bw + t.ssd / hw.eff_ssd_bw

@@ -62,6 +62,18 @@ class PieceTraffic:
     cache_slots: float = 0.0
     cache_probes: float = 0.0  # ids looked up in a cache on the GPU (hbm_cache)
     allreduce_calls: float = 0.0
+    # Shares of hbm_fwd and hbm_bwd the device's own cache serves (hardware constant
+    # device_cache_bytes; 0 when it is 0): device_resident's.
+    resident_fwd: float = 0.0
+    resident_bwd: float = 0.0
+
+
+def device_resident(cache_bytes: int, rows: int, row_bytes: int) -> float:
+    """Share of a piece's row reads its device's cache serves: the share of its rows that fit
+    (rows read uniformly: a skewed table's hot rows stay longer, so this errs slow)."""
+    if cache_bytes <= 0 or rows <= 0 or row_bytes <= 0:
+        return 0.0
+    return min(1.0, cache_bytes / (rows * row_bytes))
 
 
 def hit_rate(table: TableGeom, tier: Tier, cache_ratio: float, piece_rows: int) -> float:
@@ -205,6 +217,12 @@ def piece_traffic(
                      if tier in (Tier.HBM_CACHE, Tier.SSD) else 0.0),
         cache_probes=lookups if tier is Tier.HBM_CACHE else 0.0,
         allreduce_calls=allreduce_calls if world > 1 else 0.0,
+        # An hbm piece's (or replica's) rows in the device cache: the forward reads weights,
+        # the backward weights and optimizer state.
+        resident_fwd=(device_resident(c.device_cache_bytes, piece_rows, w_row)
+                      if tier is Tier.HBM else 0.0),
+        resident_bwd=(device_resident(c.device_cache_bytes, piece_rows, w_row + s_row)
+                      if tier is Tier.HBM else 0.0),
     )
 
 

@@ -200,3 +200,40 @@ def test_host_overhead_left_out_of_the_json_at_its_default() -> None:
                  "cache_probe_s", "cache_step_s", "cache_slot_s", "allreduce_table_hop_s"):
         assert name not in ConstantsSpec().model_dump()
         assert ConstantsSpec(**{name: 1e-4}).model_dump()[name] == 1e-4
+
+
+def test_device_cache_size_and_speed_recovered_from_a_machine_with_one() -> None:
+    """Lookups and updates of tables whose rows fit a 1 MiB cache run 20x (forward) and 5x
+    (backward) faster per byte: the fit picks 1 MiB among the levels and recovers both."""
+    from cost_models.sizes import optimizer_state_row_bytes
+    from cost_models.traffic import device_resident
+    from cost_models.types import Optimizer
+    from planner.calibration.profile import choose_device_cache
+
+    cache, inv_f, inv_b = 1 << 20, 1 / 2e9, 1 / 1e9
+    rng = np.random.default_rng(3)
+    m = Measurements()
+    for rows in (100, 2_000, 20_000, 400_000):
+        for dim in (16, 64):
+            for n in (256, 2048, 16384):
+                b = n * (dim * 4 + 8)
+                f = device_resident(cache, rows, dim * 4)
+                m.lookup.append({"bytes": b, "lookups": n, "rows": rows, "dim": dim,
+                                 "seconds": (2e-5 + b * inv_f * (1 - f + f / 20))
+                                 * (1 + 0.01 * rng.standard_normal())})
+                for opt in (Optimizer.SGD, Optimizer.ADAGRAD):
+                    u = min(rows, n)
+                    row = dim * 4 + optimizer_state_row_bytes(opt, dim)
+                    fb = device_resident(cache, rows, row)
+                    bb = u * 2 * row + n * 4 * dim
+                    m.backward.append({"bytes": bb, "unique": u, "lookups": n, "rows": rows,
+                                       "dim": dim, "optimizer": str(opt),
+                                       "seconds": (5e-5 + bb * inv_b * (1 - fb + fb / 5))
+                                       * (1 + 0.01 * rng.standard_normal())})
+    best, tried = choose_device_cache(m, [32 << 10, 1 << 20, 32 << 20])
+    assert best == cache, {c: f.rel_residual_median for c, f in tried.items()}
+    fit = tried[best]
+    assert fit.value("inv_hbm_bw") / fit.value("inv_hbm_cached_bw") == pytest.approx(20, rel=0.15)
+    assert (fit.value("inv_backward_bw") / fit.value("inv_backward_cached_bw")
+            == pytest.approx(5, rel=0.15))
+    assert tried[0].rel_residual_median > 5 * fit.rel_residual_median

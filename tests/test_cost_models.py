@@ -857,3 +857,29 @@ def test_step_buffers_positional_copies_match_their_fields() -> None:
     b = StepBuffers(*(100 * k for k in range(1, len(names) + 1)))
     assert a.with_workspace(7) == dataclasses.replace(a, workspace=7)
     assert a + b == StepBuffers(**{n: getattr(a, n) + getattr(b, n) for n in names})
+
+
+def test_device_cache_serves_the_share_of_rows_that_fit():
+    """An hbm piece whose rows half fit the device cache reads half its HBM bytes at the
+    cache's speed (forward factor 5, backward 2); with no cache (the presets) nothing
+    changes; other tiers never use it."""
+    import dataclasses
+
+    base = make_hw()
+    t = make_table(rows=1000, dim=8, optimizer=Optimizer.ADAGRAD)
+    row_f = weight_row_bytes(t.data_type, 8)
+    row_b = row_f + optimizer_state_row_bytes(t.optimizer, 8)
+    hw = dataclasses.replace(base, constants=dataclasses.replace(
+        base.constants, device_cache_bytes=500 * row_f, device_cache_fwd_factor=5.0,
+        device_cache_bwd_factor=2.0))
+    plain = traffic(t, ShardingType.TABLE_WISE, hw=base)
+    cached = traffic(t, ShardingType.TABLE_WISE, hw=hw)
+    assert plain.resident_fwd == plain.resident_bwd == 0.0
+    assert cached.resident_fwd == pytest.approx(0.5)
+    assert cached.resident_bwd == pytest.approx(500 * row_f / (1000 * row_b))
+    a, b = traffic_cost(plain, base), traffic_cost(cached, hw)
+    # lookup bytes: half at full time, half at a fifth: 0.6 of the time
+    assert b.lookup == pytest.approx(0.6 * a.lookup, rel=REL)
+    f = cached.resident_bwd
+    assert b.backward == pytest.approx((1 - f + f / 2) * a.backward, rel=REL)
+    assert traffic(t, ShardingType.TABLE_WISE, Tier.DDR, hw=hw).resident_fwd == 0.0

@@ -24,18 +24,48 @@ where the measured bandwidth exceeds the peak, the peak is raised to it and the 
 import datetime
 import platform
 import socket
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
 from cost_models import CostConstants
+from cost_models.sizes import optimizer_state_row_bytes
+from cost_models.traffic import device_resident
+from cost_models.types import Optimizer
 from planner.calibration.bench import Measurements, to_arrays
 from planner.calibration.fit import FitResult, fit_linear
 from planner.presets import preset_dict
 
 KERNEL_NAMES = ("piece_overhead_s", "update_launch_s", "inv_hbm_bw", "inv_backward_bw",
-                "update_row_s", "backward_id_s", "cache_probe_s", "lookup_id_s")
+                "update_row_s", "backward_id_s", "cache_probe_s", "lookup_id_s",
+                "inv_hbm_cached_bw", "inv_backward_cached_bw")
+
+
+def cache_levels() -> list[int]:
+    """This machine's data and unified cache sizes in bytes (Linux sysfs; none elsewhere)."""
+    out = set()
+    for d in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
+        try:
+            kind = (d / "type").read_text().strip()
+            size = (d / "size").read_text().strip()
+        except OSError:
+            continue
+        if kind in ("Data", "Unified") and size.endswith("K") and size[:-1].isdigit():
+            out.add(int(size[:-1]) * 1024)
+    return sorted(out)
+
+
+def _resident(r: dict[str, Any], cache_bytes: int, backward: bool) -> float:
+    """traffic.device_resident of a microbenchmark's table (fp32 rows, uniform ids; with
+    its optimizer state backward); 0 for a point without its shape (older profiles)."""
+    if cache_bytes <= 0 or "rows" not in r or "dim" not in r:
+        return 0.0
+    row = int(r["dim"]) * 4
+    if backward:
+        row += optimizer_state_row_bytes(Optimizer(str(r["optimizer"])), int(r["dim"]))
+    return device_resident(cache_bytes, int(r["rows"]), row)
 
 
 def _cached_lookups(m: Measurements) -> list[dict[str, Any]]:
@@ -51,19 +81,36 @@ def _ids(r: dict[str, Any]) -> float:
     return float(r["batch"]) * float(r["pooling"])
 
 
-def fit_kernels(m: Measurements) -> FitResult:
+def choose_device_cache(m: Measurements, levels: list[int]
+                        ) -> tuple[int, dict[int, FitResult]]:
+    """The device cache's size: none, or the cache level whose kernel fit has the smallest
+    median residual (a level must beat none by a point to be taken); every fit tried."""
+    tried = {c: fit_kernels(m, c) for c in [0, *levels]}
+    best = min(tried, key=lambda c: (tried[c].rel_residual_median + (0.0 if c == 0 else 0.01),
+                                     c))
+    return best, tried
+
+
+def fit_kernels(m: Measurements, cache_bytes: int = 0) -> FitResult:
     """Lookups: t = piece_overhead_s + bytes * inv_hbm_bw + lookup_id_s per id (+
     cache_probe_s per id of an hbm_cache piece, whose bytes are its hits' and ids');
     backward: t = update_launch_s + bytes * inv_backward_bw + update_row_s * distinct rows
-    + backward_id_s * ids (cost.py traffic_cost)."""
-    rows = [[1.0, 0.0, float(r["bytes"]), 0.0, 0.0, 0.0, 0.0, _ids(r)] for r in m.lookup]
+    + backward_id_s * ids (cost.py traffic_cost). With `cache_bytes`, each point's bytes
+    split as the model splits an hbm piece's: the share its device cache holds
+    (device_resident) at inv_*_cached_bw, the rest at inv_*_bw."""
+    rows = []
+    for r in m.lookup:
+        b, f = float(r["bytes"]), _resident(r, cache_bytes, False)
+        rows.append([1.0, 0.0, b * (1 - f), 0.0, 0.0, 0.0, 0.0, _ids(r), b * f, 0.0])
     t = [float(r["seconds"]) for r in m.lookup]
-    rows += [[0.0, 1.0, 0.0, float(r["bytes"]), float(r["unique"]), float(r["lookups"]), 0.0,
-              0.0] for r in m.backward]
+    for r in m.backward:
+        b, f = float(r["bytes"]), _resident(r, cache_bytes, True)
+        rows.append([0.0, 1.0, 0.0, b * (1 - f), float(r["unique"]), float(r["lookups"]), 0.0,
+                     0.0, 0.0, b * f])
     t += [float(r["seconds"]) for r in m.backward]
     cached = _cached_lookups(m)
     rows += [[1.0, 0.0, float(r["hbm_fwd_bytes"]), 0.0, 0.0, 0.0, float(r["lookups"]),
-              float(r["lookups"])] for r in cached]
+              float(r["lookups"]), 0.0, 0.0] for r in cached]
     t += [float(r["lookup_seconds"]) for r in cached]
     return _fit_seen_columns(np.array(rows), np.array(t), KERNEL_NAMES)
 
@@ -163,7 +210,8 @@ def _efficiency(inv_bw: float, peak_gbs: float) -> tuple[float, float] | None:
 def build_profile(preset: str, m: Measurements, device: str, command: str
                   ) -> tuple[dict[str, Any], dict[str, Any]]:
     """(hardware spec dict for --hardware, provenance dict with every fit)."""
-    kern = fit_kernels(m)
+    cache, tried = choose_device_cache(m, cache_levels())
+    kern = tried[cache]
     hfit = fit_host(m)
     # One rank (or one GPU) measures no collective: their constants stay the preset's.
     coll = fit_collectives(m) if m.alltoall and m.allreduce else None
@@ -181,6 +229,14 @@ def build_profile(preset: str, m: Measurements, device: str, command: str
         inv_b = kern.value("inv_backward_bw")
         consts["backward_efficiency"] = (max(1e-6, min(1.0, kern.value("inv_hbm_bw") / inv_b))
                                          if inv_b > 0 else 1.0)
+        consts["device_cache_bytes"] = cache
+        for name, slow, fast in (("device_cache_fwd_factor", "inv_hbm_bw", "inv_hbm_cached_bw"),
+                                 ("device_cache_bwd_factor", "inv_backward_bw",
+                                  "inv_backward_cached_bw")):
+            # How many times faster the cache serves (1 to 1e4, the input's range).
+            s, f = kern.value(slow), kern.value(fast)
+            consts[name] = (1.0 if cache == 0 or s <= 0 else
+                            1e4 if f <= 0 else min(1e4, max(1.0, s / f)))
     link = (_efficiency(coll.value("inv_link_bw"), float(spec["links"]["nvlink_gb_per_s"]))
             if coll else None)
     if link is None:
@@ -257,6 +313,7 @@ def build_profile(preset: str, m: Measurements, device: str, command: str
         # Compute timed as the ranks time their timed steps (bench.py), no memory probe.
         "compute_clock": ("wall time after a device synchronize" if device == "cuda" else
                           "thread CPU time (time.thread_time), as comm.Timer"),
+        "device_cache_tried": {str(c): f.rel_residual_median for c, f in tried.items()},
         "fits": {"kernels": kern.as_dict(),
                  "host": ({**hfit.as_dict(), "by_tier": host_residuals_by_tier(m, hfit)}
                           if hfit else None),

@@ -212,6 +212,19 @@ class ConstantsSpec(StrictModel):
             "Lookup time per id a piece serves from HBM (hbm, hbm_cache), beside its bytes "
             "(a random row access each), in seconds (0: bytes only; planner calibrate fits "
             "it)."))
+    device_cache_bytes: Annotated[int, Field(strict=True, ge=0, le=1 << 40)] = Field(
+        _DEFAULT_CONSTANTS.device_cache_bytes, description=(
+            "A device's own cache (a CPU's or GPU's L2): an hbm piece whose rows fit is read "
+            "from it, the share of its rows that fit, in bytes (0: no such term; planner "
+            "calibrate picks it among the machine's cache levels)."))
+    device_cache_fwd_factor: Annotated[float, Field(ge=1.0, le=1e4, allow_inf_nan=False)] = (
+        Field(_DEFAULT_CONSTANTS.device_cache_fwd_factor, description=(
+            "How many times faster than HBM the device cache serves a lookup's row reads "
+            "(1: as fast; planner calibrate fits it).")))
+    device_cache_bwd_factor: Annotated[float, Field(ge=1.0, le=1e4, allow_inf_nan=False)] = (
+        Field(_DEFAULT_CONSTANTS.device_cache_bwd_factor, description=(
+            "How many times faster than HBM the device cache serves the backward's row reads "
+            "and writes (1: as fast; planner calibrate fits it).")))
     cache_probe_s: Seconds = Field(
         _DEFAULT_CONSTANTS.cache_probe_s, description=(
             "Lookup time per id of an hbm_cache piece: finding it among the cached rows "
@@ -230,11 +243,13 @@ class ConstantsSpec(StrictModel):
     def _drop_unset_new_constants(self, handler: SerializerFunctionWrapHandler) -> Any:
         """Constants added after plans were hashed are left out of the JSON at their default
         (0: no term), so a request that does not set them hashes as before."""
-        return drop_absent(handler(self), ("host_piece_overhead_s", "update_row_s",
+        data = drop_absent(handler(self), ("host_piece_overhead_s", "update_row_s",
                                            "backward_id_s", "lookup_id_s", "cache_probe_s",
-                                           "cache_step_s",
-                                           "cache_slot_s", "allreduce_table_hop_s"),
+                                           "cache_step_s", "cache_slot_s",
+                                           "allreduce_table_hop_s", "device_cache_bytes"),
                            absent=0.0)
+        return drop_absent(data, ("device_cache_fwd_factor", "device_cache_bwd_factor"),
+                           absent=1.0)
 
 
 class HardwareSpec(StrictModel):
