@@ -258,9 +258,9 @@ class RankExecutor:
         self.comm.align = train
         self.timer.new_step()
         batches = self._batches(step)
-        routed = self._routed(step, batches, train, following)
-        self.seq_count, self.seq_start, self.seq_pos = routed.seq
-        routed = routed.pieces
+        got = self._routed(step, batches, train, following)
+        self.seq_count, self.seq_start, self.seq_pos = got.seq
+        routed = got.pieces
         with self._phase("lookup"):
             pooled, lookups = {}, {}
             # Test hook: bytes this rank allocates for nothing (the probe must see them).
