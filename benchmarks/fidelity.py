@@ -200,11 +200,13 @@ def summarize(all_plans: dict[str, dict[str, Any]], clock: str) -> dict[str, Any
     pred = [plans[n]["plan"]["predicted_step_s"] for n in names]
     meas = [plans[n]["plan"]["measured_step_s"] for n in names]
     errs: dict[str, list[float]] = {ph: [] for ph in PHASES}
+    signed: dict[str, list[float]] = {ph: [] for ph in PHASES}
     for n in names:
         for r in plans[n]["ranks"]:
             for ph, v in r["phases"].items():
                 if ph in errs and v["error"] is not None:
                     errs[ph].append(abs(v["error"]))
+                    signed[ph].append(v["error"])
     every = [e for v in errs.values() for e in v]
     decided = [1.0 if plans[n]["plan"]["slowest_match"] else 0.0 for n in names
                if plans[n]["plan"]["slowest_match"] is not None]
@@ -213,6 +215,9 @@ def summarize(all_plans: dict[str, dict[str, Any]], clock: str) -> dict[str, Any
         "median_abs_error": statistics.median(every) if every else None,
         "median_abs_error_by_phase": {ph: statistics.median(v) if v else None
                                       for ph, v in errs.items()},
+        # Which way each phase errs: below 0, predicted short of the measurement.
+        "median_error_by_phase": {ph: statistics.median(v) if v else None
+                                  for ph, v in signed.items()},
         # Over the plans that predict a slowest rank (not every rank alike).
         "slowest_match_fraction": statistics.fmean(decided) if decided else None,
         "slowest_undecided": len(names) - len(decided),
@@ -384,7 +389,11 @@ def markdown(body: dict[str, Any]) -> str:
                         + f"); predicted slowest rank = measured slowest in "
                         f"{_f(sm['slowest_match_fraction'], True)} of the plans that predict "
                         f"one ({sm['slowest_undecided']} predict every rank alike); hit-rate "
-                        f"checks passed in {sm['hit_rate_checks_passed']}/{sm['plans']}.", ""]
+                        f"checks passed in {sm['hit_rate_checks_passed']}/{sm['plans']}"
+                        + ("; median signed error per phase (below 0: predicted short) "
+                           + ", ".join(f"{ph} {_f(v, True)}" for ph, v in
+                                       sm["median_error_by_phase"].items())
+                           if "median_error_by_phase" in sm else "") + ".", ""]
             if "stability" in sec:
                 st = sec["stability"][clock]
                 lines += [f"Stability: Spearman between the two runs' measured step times "
