@@ -117,18 +117,18 @@ def _sync_of(device: torch.device) -> Callable[[], None]:
 ALLREDUCE_TABLES = (1, 8)
 
 
-# Stores of each shape, used in turn: a rank loops over its pieces, so a piece's rows, state
-# and ids are cold when its turn comes; one store timed over and over stays in the CPU's
-# caches and runs about 1.6 times faster than the same piece in a rank (measured).
-ROTATION = 4
 
 
 def bench_kernels(cfg: BenchConfig, device: torch.device, out: Measurements,
                   tick: Callable[[], None]) -> None:
     """Lookups and backward updates of one piece, through the executor's store and kernels,
     as rank.py's step runs them: the bag offsets from the received lengths, then the store's
-    fused pool; later the row gradients, then the store's update with the optimizer. Every
-    timed call takes the next of ROTATION stores of the shape and new ids."""
+    fused pool; later the row gradients, then the store's update with the optimizer.
+    Interleaved as a rank's step interleaves its pieces: each repetition runs every shape
+    once, in turn (one store per rows x dim x optimizer, new ids each call), so a shape's
+    rows, state and ids are as cold when its turn comes as a rank's piece's are. Timing one
+    shape over and over (four stores of it in turn) left the ranks 12-43% slower than the
+    model in every phase (benchmarks/fidelity, 741b204)."""
     from planner.executor import kernels
     from planner.executor.store import DenseStore
 
@@ -136,53 +136,55 @@ def bench_kernels(cfg: BenchConfig, device: torch.device, out: Measurements,
     sync = _sync_of(device)
     clock = _clock(device)
     cfg_o = kernels.OptimConfig()
+    cases = []
     for rows in cfg.rows:
         for dim in cfg.dims:
-            ws = [torch.randn(rows, dim, generator=gen) for _ in range(ROTATION)]
+            w = torch.randn(rows, dim, generator=gen)
             for opt in cfg.optimizers:
-                stores = [DenseStore(w.clone(), torch.zeros(rows, kernels.state_cols(opt, dim)),
-                                     Tier.HBM, device) for w in ws]
+                store = DenseStore(w.clone(), torch.zeros(rows, kernels.state_cols(opt, dim)),
+                                   Tier.HBM, device)
                 row = dim * 4 + optimizer_state_row_bytes(opt, dim)
                 for pooling in cfg.poolings:
                     for batch in cfg.batches:
-                        n = batch * pooling
                         lengths = torch.full((batch,), pooling, dtype=torch.int64).to(device)
                         grad = torch.randn(batch, dim, generator=gen).to(device)
-                        t_look: list[float] = []
-                        t_back: list[float] = []
-                        uniq_n: list[int] = []
-                        for rep in range(cfg.reps + 1):  # the first untimed
-                            store = stores[rep % ROTATION]
-                            ids = torch.randint(0, rows, (n,), generator=gen).to(device)
-                            sync()
-                            t0 = clock()
-                            offsets = kernels.bag_offsets(lengths)
-                            store.pool(ids, offsets)
-                            sync()
-                            t1 = clock()
-                            uniq, g = kernels.row_grads_bags(ids, offsets, grad)
-                            store.update(uniq, lambda w_, s_, g=g, o=opt: kernels.apply_optimizer(
-                                o, cfg_o, w_, s_, g, 1))
-                            sync()
-                            t2 = clock()
-                            if rep:
-                                t_look.append(t1 - t0)
-                                t_back.append(t2 - t1)
-                                uniq_n.append(int(uniq.numel()))
-                        if opt is cfg.optimizers[0]:
-                            out.lookup.append({"bytes": n * (dim * 4 + ID_BYTES),
-                                               "launches": 1.0, "lookups": float(n),
-                                               "seconds": statistics.median(t_look),
-                                               "rows": rows, "dim": dim, "pooling": pooling,
-                                               "batch": batch})
-                        u = statistics.fmean(uniq_n)
-                        out.backward.append({"bytes": u * 2 * row + n * GRAD_BYTES * dim,
-                                             "launches": 1.0,
-                                             "seconds": statistics.median(t_back),
-                                             "rows": rows, "dim": dim, "pooling": pooling,
-                                             "batch": batch, "optimizer": str(opt),
-                                             "unique": u, "lookups": float(n)})
-                        tick()
+                        cases.append((rows, dim, opt, pooling, batch, store, row, lengths,
+                                      grad))
+    t_look: list[list[float]] = [[] for _ in cases]
+    t_back: list[list[float]] = [[] for _ in cases]
+    uniq_n: list[list[int]] = [[] for _ in cases]
+    for rep in range(cfg.reps + 1):  # the first untimed
+        for i, (rows, _dim, opt, pooling, batch, store, _row, lengths, grad) in \
+                enumerate(cases):
+            ids = torch.randint(0, rows, (batch * pooling,), generator=gen).to(device)
+            sync()
+            t0 = clock()
+            offsets = kernels.bag_offsets(lengths)
+            store.pool(ids, offsets)
+            sync()
+            t1 = clock()
+            uniq, g = kernels.row_grads_bags(ids, offsets, grad)
+            store.update(uniq, lambda w_, s_, g=g, o=opt: kernels.apply_optimizer(
+                o, cfg_o, w_, s_, g, 1))
+            sync()
+            t2 = clock()
+            if rep:
+                t_look[i].append(t1 - t0)
+                t_back[i].append(t2 - t1)
+                uniq_n[i].append(int(uniq.numel()))
+            if rep == cfg.reps:
+                tick()
+    for i, (rows, dim, opt, pooling, batch, _store, row, _lengths, _grad) in enumerate(cases):
+        n = batch * pooling
+        if opt is cfg.optimizers[0]:
+            out.lookup.append({"bytes": n * (dim * 4 + ID_BYTES), "launches": 1.0,
+                               "lookups": float(n), "seconds": statistics.median(t_look[i]),
+                               "rows": rows, "dim": dim, "pooling": pooling, "batch": batch})
+        u = statistics.fmean(uniq_n[i])
+        out.backward.append({"bytes": u * 2 * row + n * GRAD_BYTES * dim, "launches": 1.0,
+                             "seconds": statistics.median(t_back[i]), "rows": rows,
+                             "dim": dim, "pooling": pooling, "batch": batch,
+                             "optimizer": str(opt), "unique": u, "lookups": float(n)})
 
 
 def _host_traffic(rows: int, dim: int, pooling: int, batch: int, tier: Tier, ratio: float,
