@@ -330,26 +330,33 @@ def _collective_rank(rank: int, world: int, init_file: str, device_type: str,
         # collective call itself, after an untimed barrier; not the packing around it.
         timer = Timer(device, defaultdict(float))
         comm.timer = timer
-        figures: list[float] = []
-
-        def timed(fn: Callable[[], object]) -> float:
-            timer.reset()
-            for _ in range(cfg.collective_reps + 1):
-                timer.new_step()
-                with timer("collective"):
-                    fn()
-            return collective_figure([st["collective"].coll_wall for st in timer.steps[1:]])
-
+        calls: list[Callable[[], object]] = []
         for m in cfg.a2a_bytes:
             send = [None if d == rank else torch.zeros(m, dtype=torch.uint8)
                     for d in range(world)]
-            figures.append(timed(lambda send=send, m=m: comm.alltoall("a2a", send,
-                                                                      [m] * world)))
+            calls.append(lambda send=send, m=m: comm.alltoall("a2a", send, [m] * world))
         for r in cfg.allreduce_rows:
             for k in ALLREDUCE_TABLES:  # the same rows as k tables in one bucket
                 xs = [torch.zeros(max(1, r // k), 16, device=device) for _ in range(k)]
-                figures.append(timed(lambda xs=xs: comm.ring_allreduce("ar", xs,
-                                                                       CommPrecision.FP32)))
+                calls.append(lambda xs=xs: comm.ring_allreduce("ar", xs, CommPrecision.FP32))
+        # As a rank's collectives come: each after some compute of its step (an untimed
+        # lookup over a table larger than the caches), every size once per repetition in
+        # turn. Back to back, the same call over and over, the ranks' all-to-alls ran
+        # 12-44% over the fitted figures (benchmarks/fidelity, 741b204 and e2b5de9).
+        table = torch.randn(200_000, 64, device=device)
+        ids = torch.randint(0, 200_000, (16_384,), device=device)
+        offsets = torch.arange(0, 16_384, 8, device=device)
+        walls: list[list[float]] = [[] for _ in calls]
+        for rep in range(cfg.collective_reps + 1):  # the first untimed
+            for i, fn in enumerate(calls):
+                torch.nn.functional.embedding_bag(ids, table, offsets, mode="sum")
+                timer.reset()
+                timer.new_step()
+                with timer("collective"):
+                    fn()
+                if rep:
+                    walls[i].append(timer.steps[-1]["collective"].coll_wall)
+        figures = [collective_figure(w) for w in walls]
         # The ranks' mean of their own figures: each rank times its own calls, as the
         # executor's ranks do and as the model prices a GPU (the slowest rank's figure
         # counts a peer's late exit from the barrier: twice the mean at 64 B, measured).
