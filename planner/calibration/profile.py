@@ -84,10 +84,19 @@ def _ids(r: dict[str, Any]) -> float:
 def choose_device_cache(m: Measurements, levels: list[int]
                         ) -> tuple[int, dict[int, FitResult]]:
     """The device cache's size: none, or the cache level whose kernel fit has the smallest
-    median residual (a level must beat none by a point to be taken); every fit tried."""
+    median residual (a level must beat none by a point to be taken, and must price the bytes
+    it serves: a fit that makes them free, an inverse bandwidth at its bound 0, is not a
+    cache but the launch terms absorbing a lookup; it came out so for the L3 in a
+    calibration here); every fit tried."""
     tried = {c: fit_kernels(m, c) for c in [0, *levels]}
-    best = min(tried, key=lambda c: (tried[c].rel_residual_median + (0.0 if c == 0 else 0.01),
-                                     c))
+
+    def credible(c: int) -> bool:
+        f = tried[c]
+        return c == 0 or (f.value("inv_hbm_cached_bw") > 0
+                          and f.value("inv_backward_cached_bw") > 0)
+
+    best = min((c for c in tried if credible(c)),
+               key=lambda c: (tried[c].rel_residual_median + (0.0 if c == 0 else 0.01), c))
     return best, tried
 
 
