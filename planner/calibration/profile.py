@@ -81,19 +81,27 @@ def _ids(r: dict[str, Any]) -> float:
     return float(r["batch"]) * float(r["pooling"])
 
 
+# No cache level of a CPU or GPU serves reads more than this many times faster than the
+# memory behind it (here a 100-row table's lookups cost 10-15x less per id than a
+# 200,000-row table's).
+MAX_CACHE_FACTOR = 1_000.0
+
+
 def choose_device_cache(m: Measurements, levels: list[int]
                         ) -> tuple[int, dict[int, FitResult]]:
     """The device cache's size: none, or the cache level whose kernel fit has the smallest
     median residual (a level must beat none by a point to be taken, and must price the bytes
-    it serves: a fit that makes them free, an inverse bandwidth at its bound 0, is not a
-    cache but the launch terms absorbing a lookup; it came out so for the L3 in a
-    calibration here); every fit tried."""
+    it serves at most MAX_CACHE_FACTOR times faster than the memory behind it: a fit that
+    makes them nearly free is not a cache but the launch terms absorbing a lookup; it came
+    out so, at the 1e4 cap, in two calibrations here); every fit tried."""
     tried = {c: fit_kernels(m, c) for c in [0, *levels]}
 
     def credible(c: int) -> bool:
         f = tried[c]
-        return c == 0 or (f.value("inv_hbm_cached_bw") > 0
-                          and f.value("inv_backward_cached_bw") > 0)
+        return c == 0 or all(
+            f.value(fast) * MAX_CACHE_FACTOR >= f.value(slow) > 0
+            for slow, fast in (("inv_hbm_bw", "inv_hbm_cached_bw"),
+                               ("inv_backward_bw", "inv_backward_cached_bw")))
 
     best = min((c for c in tried if credible(c)),
                key=lambda c: (tried[c].rel_residual_median + (0.0 if c == 0 else 0.01), c))
