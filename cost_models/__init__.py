@@ -2,7 +2,14 @@
 
 from cost_models.access import AccessModel, CurveAccess, UniformAccess, ZipfAccess
 from cost_models.cache_policy import CachePolicy
-from cost_models.cost import CostBreakdown, piece_cost, step_fixed, step_time, traffic_cost
+from cost_models.cost import (
+    CostBreakdown,
+    piece_cost,
+    sides_of,
+    step_fixed,
+    step_time,
+    traffic_cost,
+)
 from cost_models.geometry import ModelGeom, TableGeom, cache_rows
 from cost_models.hardware import CostConstants, HardwareProfile
 from cost_models.memory import (
@@ -46,6 +53,7 @@ __all__ = [
     "piece_sides",
     "piece_traffic",
     "placed_piece_buffers",
+    "sides_of",
     "step_fixed",
     "step_time",
     "traffic_cost",

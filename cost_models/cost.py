@@ -39,15 +39,18 @@ class CostBreakdown:
         return self.input_a2a + self.output_a2a + self.allreduce + self.owner_a2a
 
     def sides(self, pipelined: bool) -> tuple[float, float]:
-        """The two figures a GPU's pieces add up to, which `step_time` combines: (compute,
-        comm), or when pipelined (compute - input_a2a, comm)."""
-        if pipelined:
-            return self.compute - self.input_a2a, self.comm
-        return self.compute, self.comm
+        """The two figures a GPU's pieces add up to, which `step_time` combines (`sides_of`)."""
+        return sides_of(self.compute, self.comm, self.input_a2a, pipelined)
 
     def total(self, pipelined: bool) -> float:
         """A GPU's step time (`step_time` of its `sides`)."""
         return float(step_time(*self.sides(pipelined), pipelined))
+
+
+def sides_of(compute: Any, comm: Any, input_a2a: Any, pipelined: bool) -> tuple[Any, Any]:
+    """(compute, comm), or when pipelined (compute - input_a2a, comm): the two sides
+    `step_time` combines (floats or arrays alike)."""
+    return (compute - input_a2a if pipelined else compute), comm
 
 
 def step_time(x: Any, y: Any, pipelined: bool) -> Any:

@@ -27,6 +27,7 @@ from cost_models import (
     piece_memory,
     piece_sides,
     piece_traffic,
+    sides_of,
     step_fixed,
     step_time,
     traffic_cost,
@@ -123,11 +124,9 @@ def gpu_times(problem: Problem, sums: np.ndarray) -> np.ndarray:
 
 
 def gpu_sides(problem: Problem, sums: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Each GPU's two sides (CostBreakdown.sides) from its sums' six cost terms."""
-    comp = sums[:, 0:3].sum(axis=1)
-    if problem.model.pipelined:  # the input all-to-all runs beside the rest
-        comp = comp - sums[:, 3]
-    return comp, sums[:, 3:6].sum(axis=1)
+    """Each GPU's two sides (cost.sides_of) from its sums' six cost terms."""
+    return sides_of(sums[:, 0:3].sum(axis=1), sums[:, 3:6].sum(axis=1), sums[:, 3],
+                    problem.model.pipelined)
 
 
 # ---------------------------------------------------------------------------------------------

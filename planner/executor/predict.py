@@ -14,6 +14,7 @@ from cost_models import (
     piece_memory,
     piece_traffic,
     placed_piece_buffers,
+    sides_of,
     step_time,
 )
 from cost_models.latency import whole_calls_s
@@ -125,9 +126,8 @@ def predict(plan: Plan) -> tuple[list[RankPrediction], list[PiecePrediction]]:
 
 def with_whole_calls(cost: CostTerms, whole_s: float, pipelined: bool) -> float:
     """A GPU's step time (cost.step_time) with `whole_s` more all-reduce latency."""
-    comm = cost.comm_s + whole_s
-    x = cost.compute_s - cost.input_a2a_s if pipelined else cost.compute_s
-    return float(step_time(x, comm, pipelined))
+    sides = sides_of(cost.compute_s, cost.comm_s + whole_s, cost.input_a2a_s, pipelined)
+    return float(step_time(*sides, pipelined))
 
 
 def _whole_calls(plan: Plan, by_name: dict[str, TableInfo], hw: HardwareProfile,

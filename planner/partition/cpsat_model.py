@@ -364,7 +364,7 @@ class PartitionModel:
                 value = max(0, int(total[k] - rate[r // self.g, k]) - own)
                 out[e.index] = value
                 comm += value
-            worst = max(worst, max(comp + comm, comm) if pipelined else comp + comm)
+            worst = max(worst, int(step_time(comp, comm, pipelined)))
         out[self.makespan.index] = worst
         return out
 

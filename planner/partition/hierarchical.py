@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 from ortools.sat.python import cp_model
 
+from cost_models import step_time
 from planner.candidates import Candidate, Group, Scope
 from planner.partition.assignment import Assignment, TableChoice
 from planner.partition.cpsat import (
@@ -231,8 +232,7 @@ class HostModel:
                 m.add_hint(e, value)
                 wait += value
             comp, comm = int(per_host[h, 0]), int(per_host[h, 1])
-            load = (max(comp + comm + wait, comm + wait) if self.problem.model.pipelined
-                    else comp + comm + wait)
+            load = int(step_time(comp, comm + wait, self.problem.model.pipelined))
             need = max(need, -(-load // g))
         m.add_hint(self.makespan, need)
 

@@ -26,6 +26,8 @@ GBps = Annotated[float, Field(ge=1e-3, le=1e6, allow_inf_nan=False)]
 Efficiency = Annotated[float, Field(gt=0.0, le=1.0, allow_inf_nan=False)]
 Capacity = Annotated[ByteSize, Field(ge=0)]
 Seconds = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]
+# How many times faster a device cache serves reads than the memory behind it.
+CacheFactor = Annotated[float, Field(ge=1.0, le=1e4, allow_inf_nan=False)]
 
 _DEFAULT_CONSTANTS = CostConstants()
 
@@ -217,14 +219,14 @@ class ConstantsSpec(StrictModel):
             "A device's own cache (a CPU's or GPU's L2): an hbm piece whose rows fit is read "
             "from it, the share of its rows that fit, in bytes (0: no such term; planner "
             "calibrate picks it among the machine's cache levels)."))
-    device_cache_fwd_factor: Annotated[float, Field(ge=1.0, le=1e4, allow_inf_nan=False)] = (
-        Field(_DEFAULT_CONSTANTS.device_cache_fwd_factor, description=(
+    device_cache_fwd_factor: CacheFactor = Field(
+        _DEFAULT_CONSTANTS.device_cache_fwd_factor, description=(
             "How many times faster than HBM the device cache serves a lookup's row reads "
-            "(1: as fast; planner calibrate fits it).")))
-    device_cache_bwd_factor: Annotated[float, Field(ge=1.0, le=1e4, allow_inf_nan=False)] = (
-        Field(_DEFAULT_CONSTANTS.device_cache_bwd_factor, description=(
+            "(1: as fast; planner calibrate fits it)."))
+    device_cache_bwd_factor: CacheFactor = Field(
+        _DEFAULT_CONSTANTS.device_cache_bwd_factor, description=(
             "How many times faster than HBM the device cache serves the backward's row reads "
-            "and writes (1: as fast; planner calibrate fits it).")))
+            "and writes (1: as fast; planner calibrate fits it)."))
     cache_probe_s: Seconds = Field(
         _DEFAULT_CONSTANTS.cache_probe_s, description=(
             "Lookup time per id of an hbm_cache piece: finding it among the cached rows "
