@@ -172,9 +172,30 @@ def sequential_twin(p: Plan) -> Plan:
                                tables=p.tables))
 
 
-def run_plan(name: str, p: Plan) -> dict[str, Any]:
+def torchrec_priced(p: Plan, name: str) -> Plan | str:
+    """The run's plan (scaled down as it runs) priced by TorchRec's estimator instead
+    (options.estimator = torchrec, the same layout and hardware), or why it cannot be."""
+    from planner.errors import PlannerError
+    from planner.executor.scale import scaled_plan
+
+    _, _, _, _, _, _, scale, batch = PLANS[name]
+    options = p.request.options.model_copy(update={"estimator": "torchrec"})
+    request = p.request.model_copy(update={"options": options})
+    try:
+        full = evaluate(PlanLayout(schema_version=p.schema_version, request=request,
+                                   tables=p.tables))
+        return scaled_plan(full, scale, batch)
+    except (PlannerError, ImportError) as e:
+        return f"{type(e).__name__}: {e}"
+
+
+def run_plan(name: str, p: Plan, referee: Plan | str | None = None) -> dict[str, Any]:
     """The plan executed EXECUTIONS times; the execution whose measured step (collectives in
-    wall time) is the median of them is reported, every figure from that one."""
+    wall time) is the median of them is reported, every figure from that one. `referee`:
+    the same scaled plan priced by TorchRec's estimator (torchrec_priced), compared with
+    the same measurements (no whole-call correction: that is the analytic model's)."""
+    from planner.executor.compare import compare
+
     _, _, _, _, _, _, scale, batch = PLANS[name]
     warm = warmup_for(p, scale, batch)
     t0 = time.perf_counter()
@@ -182,11 +203,19 @@ def run_plan(name: str, p: Plan) -> dict[str, Any]:
     steps = [r.compare["plan"]["measured_step_s"] for r in reps]
     rep = reps[sorted(range(len(reps)), key=lambda i: steps[i])[len(reps) // 2]]
     hit = next((ch for ch in rep.checks if ch.name.startswith("cache hit rate")), None)
-    return {"run_s": time.perf_counter() - t0, "warmup_steps": warm,
-            "executions_measured_step_s": steps,
-            "by_clock": {"wall": rep.compare, "cpu": rep.compare_cpu},
-            "hit_rate_check": None if hit is None else {"ok": hit.ok, "detail": hit.detail},
-            "checks_failed": sorted({ch.name for r in reps for ch in r.checks if not ch.ok})}
+    out: dict[str, Any] = {
+        "run_s": time.perf_counter() - t0, "warmup_steps": warm,
+        "executions_measured_step_s": steps,
+        "by_clock": {"wall": rep.compare, "cpu": rep.compare_cpu},
+        "hit_rate_check": None if hit is None else {"ok": hit.ok, "detail": hit.detail},
+        "checks_failed": sorted({ch.name for r in reps for ch in r.checks if not ch.ok})}
+    if isinstance(referee, Plan):
+        ranks = [{**r, "seconds_predicted": None} for r in rep.ranks]
+        out["torchrec_by_clock"] = {c: compare(referee, ranks, "cpu", collective_clock=c)
+                                    for c in CLOCKS}
+    elif referee is not None:
+        out["torchrec_not_priced"] = referee
+    return out
 
 
 CLOCKS = ("wall", "cpu")  # how collectives are measured (compare.COLLECTIVE_CLOCKS)
@@ -281,11 +310,13 @@ def run_set(hardware: dict[str, Any], tag: str, names: list[str], runs: int
     # One untimed run first: the launcher's first start (its forkserver importing torch)
     # overlapped the first plan's steps and slowed its collectives 2-3x (measured).
     run_plan(names[0], plans[names[0]][0])
+    # The same runs priced by TorchRec's estimator too: a referee of the two cost models.
+    referees = {n: torchrec_priced(plans[n][0], n) for n in names}
     for i in range(runs):
         res = {}
         for n in names:
             p, path = plans[n]
-            r = run_plan(n, p)
+            r = run_plan(n, p, referees[n])
             r.update(plan_file=str(path.relative_to(RESULTS.parent.parent)),
                      plan_hash=p.plan_hash,
                      kinds=sorted({f"{t.sharding_type.value}/{t.tier.value}"
@@ -305,10 +336,14 @@ def run_set(hardware: dict[str, Any], tag: str, names: list[str], runs: int
                   f"{ {True: 'match', False: 'differ', None: 'tie'}[pw['slowest_match']]} "
                   f"({r['run_s']:.1f} s)", flush=True)
         piped = {n: r for n, r in res.items() if n in PIPELINED}
+        by_torchrec = {n: {**r, "by_clock": r["torchrec_by_clock"]} for n, r in res.items()
+                       if "torchrec_by_clock" in r}
         out["runs"].append({"plans": res,
                             "summary": {c: summarize(res, c) for c in CLOCKS},
                             "summary_pipelined": ({c: summarize(piped, c) for c in CLOCKS}
-                                                  if piped else None)})
+                                                  if piped else None),
+                            "summary_torchrec": ({c: summarize(by_torchrec, c)
+                                                  for c in CLOCKS} if by_torchrec else None)})
     if runs >= 2:
         a, b = (out["runs"][k]["plans"] for k in (0, 1))
         out["stability"] = {}
@@ -376,7 +411,10 @@ def markdown(body: dict[str, Any]) -> str:
             lines += [f"### {how}", ""]
             for i, run in enumerate(sec["runs"]):
                 for key, which in (("summary", "plans"),
-                                   ("summary_pipelined", "pipelined plans (`_pipe`) alone")):
+                                   ("summary_pipelined", "pipelined plans (`_pipe`) alone"),
+                                   ("summary_torchrec", "the same runs priced by TorchRec's "
+                                    "estimator (options.estimator torchrec, same hardware "
+                                    "profile)")):
                     if not run.get(key):
                         continue
                     sm = run[key][clock]
@@ -402,17 +440,20 @@ def markdown(body: dict[str, Any]) -> str:
                              f"{TIE:.0%} apart in both runs: {st['swapped_beyond_tie']})"
                              if st.get("swapped") else "") + ".", ""]
             lines += ["| plan | fixture | hosts x GPUs | solver | sharding/tier | predicted "
-                      "step | measured step (each run) | Spearman ranks | slowest pred / "
-                      "meas | mean abs error |", "|---|---|---|---|---|---|---|---|---|---|"]
+                      "step | TorchRec's estimator | measured step (each run) | Spearman "
+                      "ranks | slowest pred / meas | mean abs error |",
+                      "|---|---|---|---|---|---|---|---|---|---|---|"]
             first = sec["runs"][0]["plans"]
             for n in sorted(first):
                 r = first[n]
                 pl = r["by_clock"][clock]["plan"]
                 each = [run["plans"][n]["by_clock"][clock]["plan"]["measured_step_s"]
                         for run in sec["runs"]]
+                trc = r.get("torchrec_by_clock", {}).get(clock, {}).get("plan", {})
                 lines.append(
                     f"| {n} | {r['fixture']} | {r['hosts']}x{r['gpus_per_host']} | "
                     f"{r['solver']} | {', '.join(r['kinds'])} | {pl['predicted_step_s']:.3g} s "
+                    f"| {_f(trc.get('predicted_step_s'))} s "
                     f"| {', '.join(f'{x:.3g}' for x in each)} s | {_f(pl['spearman_ranks'])} "
                     f"| {pl['predicted_slowest']} / {pl['measured_slowest']} | "
                     f"{_f(pl['mean_abs_rel_error'], True)} |")

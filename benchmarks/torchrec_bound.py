@@ -77,7 +77,7 @@ from planner.interop.torchrec_format import (
     DEFAULT_CACHE_LOAD_FACTOR,
     TORCHREC_KERNEL,
 )
-from planner.interop.torchrec_model import _partition_by
+from planner.interop.torchrec_model import partition_by
 
 BISECTION_STEPS = 60
 # Load factors a caching kernel is estimated with, besides TorchRec's default (none given):
@@ -170,14 +170,14 @@ def all_options(problem: TorchRecProblem) -> list[Any]:
                     continue
                 o = copy.deepcopy(template)
                 o.sharding_type, o.compute_kernel = st, kernel
-                o.partition_by = _partition_by(st)
+                o.partition_by = partition_by(st)
                 o.cache_params = None
                 o.shards = [Shard(size=[rn, cn], offset=[r0, c0]) for r0, rn, c0, cn in shards]
                 extra.append(o)
         if world > 1 and not any(o.sharding_type == "data_parallel" for o in opts):
             o = copy.deepcopy(template)
             o.sharding_type, o.compute_kernel = "data_parallel", "dense"
-            o.partition_by, o.cache_params = _partition_by("data_parallel"), None
+            o.partition_by, o.cache_params = partition_by("data_parallel"), None
             o.shards = [Shard(size=[rows, dim], offset=[0, 0]) for _ in range(world)]
             extra.append(o)
     extra += [c for o in (*base, *extra) if o.compute_kernel in CACHED_KERNELS

@@ -10,6 +10,7 @@ from cost_models.cost import (
     step_time,
     traffic_cost,
 )
+from cost_models.estimator import AnalyticEstimator, Estimator
 from cost_models.geometry import ModelGeom, TableGeom, cache_rows
 from cost_models.hardware import CostConstants, HardwareProfile
 from cost_models.memory import (
@@ -26,12 +27,14 @@ from cost_models.types import CommPrecision, DataType, Optimizer, ShardingType, 
 
 __all__ = [
     "AccessModel",
+    "AnalyticEstimator",
     "CachePolicy",
     "CommPrecision",
     "CostBreakdown",
     "CostConstants",
     "CurveAccess",
     "DataType",
+    "Estimator",
     "HardwareProfile",
     "MemoryFootprint",
     "ModelGeom",

@@ -31,7 +31,6 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from cost_models import step_fixed
 from planner.candidates import Candidate
 from planner.owner_bound import owner_bound
 from planner.problem import Problem
@@ -182,7 +181,7 @@ def lower_bound(problem: Problem, cands: list[list[Candidate]]) -> LowerBound:
     # busiest GPU's pieces rises by the sum of its sides: pipelined, comm + (compute -
     # input_a2a), which is below comm, so every floor (work, comm alone, a piece's step_time,
     # max(x + fx, 0) >= max(x, 0) + fx for fx <= 0) stays valid.
-    c = sum(step_fixed(hw).sides(problem.model.pipelined))
+    c = sum(problem.priced.fixed().sides(problem.model.pipelined))
     plain, priced, balanced, largest = plain + c, priced + c, balanced + c, largest + c
     pinned = pinned + c if pinned > 0 else pinned
     average = max(plain, priced)

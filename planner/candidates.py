@@ -17,6 +17,7 @@ from enum import Enum
 import numpy as np
 
 from cost_models import (
+    CostBreakdown,
     MemoryFootprint,
     ShardingType,
     Tier,
@@ -24,7 +25,6 @@ from cost_models import (
     piece_sides,
     piece_traffic,
     placed_piece_buffers,
-    traffic_cost,
 )
 from planner.problem import Problem, TableInfo
 
@@ -213,6 +213,9 @@ class _Coster:
                           _Costed] = {}
         self.placed: dict[tuple[tuple[bool, bool], Tier, float, tuple[object, ...]],
                           _GroupBytes] = {}
+        # Estimators that price a candidate's pieces together (`price`): their prices.
+        self.prices: dict[tuple[object, ...], CostBreakdown] = {}
+        self.priced: set[tuple[object, ...]] = set()
 
     def _bytes(self, kind: ShardingType, tier: Tier, ratio: float, rows: int,
                cols: int) -> tuple[int, int, int, int]:
@@ -244,11 +247,34 @@ class _Coster:
                 prepared)
         return found
 
+    def price(self, kind: ShardingType, tier: Tier, ratio: float | None,
+              prepared: "list[_Prepared]") -> object:
+        """None where the estimator prices by shape (the caches key by type class). Else the
+        candidate's pieces are priced together, once, and the returned context keys them."""
+        est = self.p.priced
+        if est.per_shape:
+            return None
+        r = ratio if ratio is not None else 1.0
+        ctx = (kind, tuple(pg.key for pg in prepared))
+        if (ctx, tier, r) in self.priced:
+            return ctx
+        shapes = [(int(rows), int(cols)) for pg in prepared
+                  for rows, cols in pg.geometry[:, [1, 3]].tolist()]
+        p, t = self.p, self.t
+        traffic = [piece_traffic(t.geom, kind, tier, r, rows, cols, p.hw, p.model)
+                   for rows, cols in shapes]
+        costs = est.pieces(t.index, kind, tier, r, shapes, traffic)
+        for shape, c in zip(shapes, costs, strict=True):
+            # Pieces of one shape in one candidate are priced alike (no estimator reads ranks).
+            self.prices[(ctx, tier, r, *shape)] = c
+        self.priced.add((ctx, tier, r))
+        return ctx
+
     def _shape(self, kind: ShardingType, tier: Tier, ratio: float, rows: int,
-               cols: int) -> tuple[float, ...]:
+               cols: int, ctx: object) -> tuple[float, ...]:
         """The cost's two sides (compute, comm; CostBreakdown.sides), then 3 inter-host bytes
         and 3 owner rates (the bytes are group_bytes')."""
-        klass = _KIND_CLASS[kind]
+        klass = _KIND_CLASS[kind] if ctx is None else ctx
         key = (klass, tier, ratio, rows, cols)
         found = self.shapes.get(key)
         if found is not None:
@@ -256,8 +282,12 @@ class _Coster:
         p, t = self.p, self.t
         hbm, ddr, ssd, buf = self._bytes(kind, tier, ratio, rows, cols)
         traffic = piece_traffic(t.geom, kind, tier, ratio, rows, cols, p.hw, p.model)
-        c = traffic_cost(traffic, p.hw)
+        est = p.priced
+        c = (est.pieces(t.index, kind, tier, ratio, ((rows, cols),), (traffic,))[0]
+             if ctx is None else self.prices[key])
         inter, rate = piece_sides(traffic)
+        if not est.step_terms:
+            rate = np.zeros(3)
         sides = (*inter.tolist(), *rate.tolist())
         # The two sides cost.step_time combines (pipelined: compute less the input all-to-all).
         found = self.shapes[key] = (*c.sides(p.model.pipelined), *sides)
@@ -266,13 +296,14 @@ class _Coster:
         return found
 
     def group(self, prepared: "_Prepared", kind: ShardingType, tier: Tier,
-              ratio: float | None) -> "_Costed":
+              ratio: float | None, ctx: object = None) -> "_Costed":
+        """`ctx`: what `price` returned for the group's candidate."""
         r = ratio if ratio is not None else 1.0
-        klass = _KIND_CLASS[kind]
+        klass = _KIND_CLASS[kind] if ctx is None else ctx
         key = (klass, tier, r, prepared.key)
         found = self.costed.get(key)
         if found is None:
-            rows = [self._shape(kind, tier, r, rows, cols) for rows, cols in prepared.shapes]
+            rows = [self._shape(kind, tier, r, rows, cols, ctx) for rows, cols in prepared.shapes]
             figures = tuple((shape, self.figures[(klass, tier, r, *shape)])
                             for shape in prepared.shapes)
             found = self.costed[key] = _Costed.of(
@@ -546,7 +577,8 @@ def _build(problem: Problem, t: TableInfo, kind: ShardingType, scope: Scope,
            prepared: "list[_Prepared] | None" = None) -> Candidate:
     coster = coster or _Coster(problem, t)
     prepared = prepared or [_prepare(geo) for geo in shape_groups]
-    costed = [coster.group(pg, kind, tier, ratio) for pg in prepared]
+    ctx = coster.price(kind, tier, ratio, prepared)
+    costed = [coster.group(pg, kind, tier, ratio, ctx) for pg in prepared]
     groups = tuple(Group(pg.geometry, *c.arrays)
                    for pg, c in zip(prepared, costed, strict=True))
     if len(costed) == 1:

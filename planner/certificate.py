@@ -203,7 +203,7 @@ def reprove(problem: Problem, cands: list[list[Candidate]], claimed_s: float, mo
                      "variables)")
         return Proof("unverified", "; ".join(notes), round(spent, 6))
     flat = PartitionModel(problem, cands, list(range(len(cands))),
-                          np.ones(hw.world_size, dtype=bool), LoadState(hw, problem.model),
+                          np.ones(hw.world_size, dtype=bool), LoadState.empty(problem),
                           unit, allow_world=True)
     if hint is not None:
         flat.hint(dict(enumerate(hint)))

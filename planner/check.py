@@ -36,7 +36,6 @@ from cost_models import (
     ShardingType,
     Tier,
     owner_wait,
-    piece_cost,
     piece_memory,
     piece_sides,
     piece_traffic,
@@ -185,7 +184,13 @@ def check_plan(plan: Plan, strict: bool = False, proof_budget: float | None = No
             _coverage(tp, t.geom.rows, t.geom.dim, errs)
         _structure(tp, t, w, g, errs)
         ratio = tp.cache_ratio if tp.cache_ratio is not None else 1.0
-        for p in tp.pieces:
+        # Seconds from the plan's estimator, the table's pieces priced together (as TorchRec's
+        # estimator needs); the analytic one is cost.traffic_cost of each piece's bytes.
+        traffic = [piece_traffic(t.geom, tp.sharding_type, tp.tier, ratio, p.row_count,
+                                 p.col_count, hw, model) for p in tp.pieces]
+        priced = problem.priced.pieces(t.index, tp.sharding_type, tp.tier, ratio,
+                                       [(p.row_count, p.col_count) for p in tp.pieces], traffic)
+        for p, tr, cost in zip(tp.pieces, traffic, priced, strict=True):
             m = piece_memory(t.geom, tp.tier, ratio, p.row_count, p.col_count, hw)
             buf = placed_piece_buffers(t.geom, tp.sharding_type, tp.tier, ratio, p.row_count,
                                        p.col_count, hw, model).total
@@ -193,27 +198,27 @@ def check_plan(plan: Plan, strict: bool = False, proof_budget: float | None = No
             buffers[p.rank] += buf
             ddr_gpu[p.rank] += m.ddr
             ssd_gpu[p.rank] += m.ssd
-            cost = piece_cost(t.geom, tp.sharding_type, tp.tier, ratio, p.row_count,
-                              p.col_count, hw, model)
             pieces[p.rank] += 1
             held = costs[p.rank]
             costs[p.rank] = cost if held is None else held + cost
-            inter, rate = piece_sides(piece_traffic(t.geom, tp.sharding_type, tp.tier, ratio,
-                                                    p.row_count, p.col_count, hw, model))
+            inter, rate = piece_sides(tr)
             piece_inter[p.rank] += inter
             host_rate[p.rank // g] += rate
     for name in by_name.keys() - seen:
         errs.append(f"table '{name}' of the request is missing from the plan")
-    # Every GPU owns samples, so the owner side can cost time even where no piece is.
+    # The step-wide terms, where the plan's estimator has them (the analytic one does;
+    # TorchRec's prices shards alone). Every GPU owns samples, so the owner side can cost
+    # time even where no piece is.
+    steps = problem.priced.step_terms
     waits = owner_wait(piece_inter, host_rate, np.arange(w) // g, model.batch_per_gpu,
                        hw.eff_nic_bw)
     for r, wait in enumerate(waits.tolist()):
-        if wait > 0:
+        if wait > 0 and steps:
             costs[r] = (costs[r] or CostBreakdown()) + CostBreakdown(owner_a2a=wait)
     # Every GPU takes part in the step's six all-to-all calls (rank.py: lengths and ids in;
     # two stages out, forward and backward), each costing its call and per-peer latency;
     # counted here from the constants, not through cost_models.latency.
-    if w > 1:
+    if w > 1 and steps:
         k = hw.constants
         call = k.a2a_call_latency_s + k.a2a_peer_latency_s * (w - 1)
         for r in range(w):

@@ -58,6 +58,11 @@ def _emit(plan_obj: Plan, fmt: Format, output: Path | None, seconds: float | Non
         out.print(f"written to {output}")
 
 
+class EstimatorName(StrEnum):
+    analytic = "analytic"
+    torchrec = "torchrec"
+
+
 @app.command("plan")
 def plan_cmd(
     model: Annotated[str, typer.Argument(help="model spec JSON file, '-' for stdin, or a "
@@ -74,6 +79,10 @@ def plan_cmd(
         help="CP-SAT budget in deterministic seconds (about one second each on one core; "
              "deterministic, so the same request gives the same plan)")] = 2.0,
     seed: Annotated[int, typer.Option(help="CP-SAT and re-pack random seed")] = 0,
+    estimator: Annotated[EstimatorName, typer.Option(
+        help="what prices a piece: analytic (our cost model over the hardware profile) or "
+             "torchrec (TorchRec's EmbeddingPerfEstimator; needs torchrec)")]
+    = EstimatorName.analytic,
     quiet: Annotated[bool, typer.Option("-q", "--quiet", help="no live progress")] = False,
     verbose: Annotated[bool, typer.Option("-v", "--verbose", help="log decisions")] = False,
     detail: Annotated[bool, typer.Option(
@@ -86,7 +95,8 @@ def plan_cmd(
         model_raw = load_json(read_input(model, "model"), "model")
         hw = hardware_input(hardware, preset, hosts)
         raw = {"model": model_raw, "hardware": hw,
-               "options": {"solver": solver, "time_limit_s": time_limit, "seed": seed}}
+               "options": {"solver": solver, "time_limit_s": time_limit, "seed": seed,
+                           "estimator": estimator.value}}
         start = time.perf_counter()
         with solver_progress(err, not quiet) as progress:
             result = plan(raw, progress)
@@ -133,11 +143,14 @@ def evaluate_cmd(
     fmt: Annotated[Format, typer.Option("--format")] = Format.table,
     output: Annotated[Path | None, typer.Option("-o", "--output")] = None,
     detail: Annotated[bool, typer.Option("--detail", help="list each GPU's tables")] = False,
+    estimator: Annotated[EstimatorName | None, typer.Option(
+        help="price the layout by this estimator instead of the one its request "
+             "names")] = None,
 ) -> None:
     """Score any plan (ours, hand-made or foreign) under the cost model."""
     try:
         given = parse_json_model(EvaluateInput, read_input(plan_file, "plan"), "plan")
-        result = evaluate_input(given)
+        result = evaluate_input(given, estimator.value if estimator else None)
     except PlannerError as exc:
         fail(exc, exc.exit_code)
     err.print(result.note, highlight=False)

@@ -23,7 +23,16 @@ class Evaluated:
     note: str
 
 
-def evaluate_input(given: EvaluateInput) -> Evaluated:
+def evaluate_input(given: EvaluateInput, estimator: str | None = None) -> Evaluated:
+    """`estimator`: price the layout under this estimator (PlanOptions.estimator) instead of
+    the one its request names."""
+    if estimator is not None and estimator != given.request.options.estimator:
+        options = given.request.options.model_copy(update={"estimator": estimator})
+        request = given.request.model_copy(update={"options": options})
+        layout = PlanLayout(schema_version=given.schema_version, request=request,
+                            tables=given.tables)
+        return Evaluated(evaluate(layout), False, f"the layout re-priced by the {estimator} "
+                         "estimator (the request's options.estimator set to it)")
     whole = None not in (given.summary, given.gpus, given.hosts, given.plan_hash)
     if whole:
         try:

@@ -20,6 +20,7 @@ import numpy as np
 
 from cost_models import (
     CommPrecision,
+    CostBreakdown,
     Optimizer,
     ShardingType,
     Tier,
@@ -28,9 +29,7 @@ from cost_models import (
     piece_sides,
     piece_traffic,
     sides_of,
-    step_fixed,
     step_time,
-    traffic_cost,
 )
 from planner.candidates import (
     DATA_PARALLEL_MAX_HBM_SHARE,
@@ -44,6 +43,7 @@ from planner.candidates import (
     enumerate_candidates,
 )
 from planner.errors import BadInputError
+from planner.estimators import table_prices
 from planner.plan_model import Plan, PlanLayout, PlanPiece, TablePlan
 from planner.planning import candidates_for, evaluate
 from planner.problem import Problem, TableInfo, build_problem
@@ -59,44 +59,62 @@ _QUANTIZED = (CommPrecision.FP8, CommPrecision.INT8)
 
 
 def piece_row(problem: Problem, info: TableInfo, tp_kind: ShardingType, tier: Tier,
-              ratio: float | None, rows: int, cols: int) -> np.ndarray:
+              ratio: float | None, rows: int, cols: int,
+              cost: CostBreakdown | None = None) -> np.ndarray:
     """One piece's 15 figures, as plan_build sums them per GPU: lookup, backward, cache miss,
     input a2a, output a2a, all-reduce (s); HBM, DDR, SSD (bytes); inter-host bytes and owner
-    rates of the three all-to-all phases."""
+    rates of the three all-to-all phases. `cost`: its price (table_prices) where the
+    estimator prices a table's pieces together."""
     hw = problem.hw
     r = ratio if ratio is not None else 1.0
     traffic = piece_traffic(info.geom, tp_kind, tier, r, rows, cols, hw, problem.model)
-    c = traffic_cost(traffic, hw)
+    c = cost if cost is not None else problem.priced.pieces(
+        info.index, tp_kind, tier, r, [(rows, cols)], [traffic])[0]
     m = piece_memory(info.geom, tier, r, rows, cols, hw)
     inter, rate = piece_sides(traffic)
+    if not problem.priced.step_terms:
+        rate = np.zeros(3)
     return np.array([c.lookup, c.backward, c.cache_miss, c.input_a2a, c.output_a2a,
                      c.allreduce, m.hbm, m.ddr, m.ssd, *inter.tolist(), *rate.tolist()])
 
 
 class PieceCoster:
-    """piece_row, memoized by shape (row-wise and data-parallel pieces repeat few shapes)."""
+    """piece_row, memoized by shape (row-wise and data-parallel pieces repeat few shapes;
+    an estimator that prices a table's pieces together is asked per table)."""
 
     def __init__(self, problem: Problem) -> None:
         self.problem = problem
         self.by_name = {t.name: t for t in problem.tables}
         self.memo: dict[tuple[Any, ...], np.ndarray] = {}
 
+    def _info(self, name: str) -> TableInfo:
+        info = self.by_name.get(name)
+        if info is None:
+            raise BadInputError("tables", "no table of this name in the request", table=name)
+        return info
+
     def row(self, name: str, kind: ShardingType, tier: Tier, ratio: float | None, rows: int,
             cols: int) -> np.ndarray:
         key = (name, kind, tier, ratio, rows, cols)
         out = self.memo.get(key)
         if out is None:
-            info = self.by_name.get(name)
-            if info is None:
-                raise BadInputError("tables", "no table of this name in the request", table=name)
-            out = self.memo[key] = piece_row(self.problem, info, kind, tier, ratio, rows, cols)
+            out = self.memo[key] = piece_row(self.problem, self._info(name), kind, tier, ratio,
+                                             rows, cols)
         return out
 
     def table_rows(self, tp: TablePlan) -> tuple[np.ndarray, np.ndarray]:
         """(ranks, figures) of a table's pieces."""
         ranks = np.array([p.rank for p in tp.pieces], dtype=np.int64)
-        rows = np.array([self.row(tp.name, tp.sharding_type, tp.tier, tp.cache_ratio,
-                                  p.row_count, p.col_count) for p in tp.pieces])
+        shapes = [(p.row_count, p.col_count) for p in tp.pieces]
+        if self.problem.priced.per_shape:
+            rows = np.array([self.row(tp.name, tp.sharding_type, tp.tier, tp.cache_ratio, *sh)
+                             for sh in shapes])
+        else:
+            info = self._info(tp.name)
+            prices = table_prices(self.problem, info, tp.sharding_type, tp.tier,
+                                  tp.cache_ratio, shapes)
+            rows = np.array([piece_row(self.problem, info, tp.sharding_type, tp.tier,
+                                       tp.cache_ratio, *sh, cost=prices[sh]) for sh in shapes])
         return ranks, rows.reshape(len(tp.pieces), 15)
 
 
@@ -118,7 +136,7 @@ def gpu_times(problem: Problem, sums: np.ndarray) -> np.ndarray:
     extra = owner_wait(sums[:, 9:12], host_rate, host_of, problem.model.batch_per_gpu,
                        hw.eff_nic_bw)
     pipelined = problem.model.pipelined
-    fixed = step_fixed(hw).sides(pipelined)  # the all-to-all calls' latency every GPU pays
+    fixed = problem.priced.fixed().sides(pipelined)  # what every GPU pays whatever it holds
     comp, comm = gpu_sides(problem, sums)
     return step_time(comp + fixed[0], comm + extra + fixed[1], pipelined)
 

@@ -81,7 +81,7 @@ def _place_by_bytes(state: LoadState, cand: Candidate, allowed: np.ndarray | Non
 
 def _pack(problem: Problem, cands: list[list[Candidate]], lean_key: Callable[[Candidate], tuple],
           rule: FitRule) -> list[TableChoice] | None:
-    state = LoadState(problem.hw, problem.model, owner_side=False)
+    state = LoadState.empty(problem, owner_side=False)
     lean = [min(c.total_bytes for c in cs) for cs in cands]
     order = sorted(range(len(cands)), key=lambda t: (-lean[t], t))
     choices: list[TableChoice | None] = [None] * len(cands)
@@ -156,8 +156,7 @@ class _Search:
         self.choices: list[TableChoice | None] = [None] * len(cands)
 
     def run(self) -> list[TableChoice] | None:
-        hw = self.p.hw
-        state = LoadState(hw, self.p.model, owner_side=False)
+        state = LoadState.empty(self.p, owner_side=False)
         found = self._place(0, state)
         return [c for c in self.choices if c is not None] if found else None
 
@@ -336,7 +335,7 @@ def _feasibility_model(problem: Problem, cands: list[list[Candidate]]) -> Partit
     work = sum(min(c.work for c in cs) for cs in cands)
     unit = max(work, 1e-12) / 1e7
     model = PartitionModel(problem, cands, list(range(len(cands))),
-                           np.ones(hw.world_size, dtype=bool), LoadState(hw, problem.model),
+                           np.ones(hw.world_size, dtype=bool), LoadState.empty(problem),
                            unit, allow_world=True)
     model.model.clear_objective()
     return model

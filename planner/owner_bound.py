@@ -43,7 +43,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from cost_models import step_fixed
 from planner.candidates import Candidate, Scope
 from planner.problem import Problem
 
@@ -244,7 +243,7 @@ def owner_bound(problem: Problem, cands: list[list[Candidate]]) -> float:
     gathered = _gather(cands, problem)
     if gathered is None:
         return 0.0
-    fixed = step_fixed(problem.hw)
+    fixed = problem.priced.fixed()
     if not problem.model.pipelined:
         return _side_bound(problem, gathered, "total", fixed.compute + fixed.comm)
     return max(_side_bound(problem, gathered, "comm", fixed.comm),

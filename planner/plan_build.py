@@ -20,11 +20,10 @@ from cost_models import (
     piece_sides,
     piece_traffic,
     placed_piece_buffers,
-    step_fixed,
-    traffic_cost,
 )
 from planner.bounds import LowerBound
 from planner.errors import BadInputError
+from planner.estimators import table_prices
 from planner.hashing import plan_hash_of, plan_hash_spliced
 from planner.piece_layout import PieceLayout, from_plan_layout
 from planner.plan_model import (
@@ -71,13 +70,21 @@ def gpu_totals(layout: PlanLayout | PieceLayout, problem: Problem) -> list[GpuTo
         distinct, inverse = np.unique(keys, return_inverse=True)
         known = arrays.figures or (None,) * len(arrays.names)
         rows = []
+        together = not problem.priced.per_shape
         for i, k in zip((distinct // len(shape_keys)).tolist(),
                         (distinct % len(shape_keys)).tolist(), strict=True):
             shape = (*shape_keys[k].tolist(),)
             costed = known[i]
-            rows.append(costed[shape] if costed is not None and shape in costed else
-                        shape_figures(problem, by_name[arrays.names[i]], arrays.kinds[i],
-                                   arrays.tiers[i], arrays.cache_ratios[i], *shape))
+            if costed is not None and shape in costed:
+                rows.append(costed[shape])
+                continue
+            info = by_name[arrays.names[i]]
+            # An estimator that prices a table's pieces together sees all of them.
+            cost = table_prices(problem, info, arrays.kinds[i], arrays.tiers[i],
+                                arrays.cache_ratios[i], _shapes_of(arrays, i))[shape] \
+                if together else None
+            rows.append(shape_figures(problem, info, arrays.kinds[i], arrays.tiers[i],
+                                      arrays.cache_ratios[i], *shape, cost=cost))
         values = np.array(rows)[inverse.reshape(-1)]
         for col in range(16):
             sums[:, col] = np.bincount(arrays.ranks, weights=values[:, col], minlength=w)
@@ -90,8 +97,8 @@ def gpu_totals(layout: PlanLayout | PieceLayout, problem: Problem) -> list[GpuTo
     # Byte counts are integers below 2**53, so their float sums are exact. Every GPU also
     # holds the owner side's step buffers (problem.step_reserve).
     reserve = problem.step_reserve.total
-    # ... and pays the step's all-to-all call latency whatever it holds (cost.step_fixed).
-    fixed = step_fixed(hw)
+    # ... and pays the step's all-to-all call latency whatever it holds (the estimator's).
+    fixed = problem.priced.fixed()
     return [
         GpuTotals(
             cost=CostBreakdown(*(float(x) for x in sums[r, :6]), owner_a2a=float(extra[r]))
@@ -105,6 +112,12 @@ def gpu_totals(layout: PlanLayout | PieceLayout, problem: Problem) -> list[GpuTo
     ]
 
 
+def _shapes_of(arrays: PieceLayout, i: int) -> list[tuple[int, int]]:
+    """Table i's pieces' (rows, cols), in plan order."""
+    geo = arrays.geometry[int(arrays.starts[i]):int(arrays.starts[i + 1])]
+    return [(int(r), int(c)) for r, c in geo[:, [1, 3]].tolist()]
+
+
 def _unique_pairs(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """np.unique over rows (a, b) of non-negative int64 columns, with the inverse, by a
     unique of a, of b, then of their combined index (each 1-d, fast)."""
@@ -115,20 +128,25 @@ def _unique_pairs(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]
 
 
 def shape_figures(problem: Problem, info: TableInfo, kind: ShardingType, tier: Tier,
-               cache_ratio: float | None, rows: int, cols: int) -> list[float]:
+                  cache_ratio: float | None, rows: int, cols: int,
+                  cost: CostBreakdown | None = None) -> list[float]:
     """One piece shape's 16 per-GPU figures: the six cost terms, hbm (with the step
     buffers), ddr, ssd, the three inter-host bytes, the three owner rates, the buffers.
     planner.candidates costs the same figures for its candidates (Candidate.figures), and
     gpu_totals takes them from there when the layout carries them: a change here goes there
-    too (tests/test_piece_layout.py checks that the two agree)."""
+    too (tests/test_piece_layout.py checks that the two agree). `cost`: the piece's price
+    (table_prices), when the estimator prices a table's pieces together."""
     hw = problem.hw
     ratio = cache_ratio if cache_ratio is not None else 1.0
     traffic = piece_traffic(info.geom, kind, tier, ratio, rows, cols, hw, problem.model)
-    c = traffic_cost(traffic, hw)
+    c = cost if cost is not None else problem.priced.pieces(
+        info.index, kind, tier, ratio, [(rows, cols)], [traffic])[0]
     m = piece_memory(info.geom, tier, ratio, rows, cols, hw)
     buf = placed_piece_buffers(info.geom, kind, tier, ratio, rows, cols, hw,
                                problem.model).total
     inter, rate = piece_sides(traffic)
+    if not problem.priced.step_terms:
+        rate = np.zeros(3)
     return [c.lookup, c.backward, c.cache_miss, c.input_a2a, c.output_a2a, c.allreduce,
             m.hbm + buf, m.ddr, m.ssd, *inter.tolist(), *rate.tolist(), buf]
 

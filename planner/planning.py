@@ -198,7 +198,7 @@ _SHARES_MIN_GAP = 0.05
 def _waits(problem: Problem, a: Assignment, bound: LowerBound) -> bool:
     """Whether the plan is over _SHARES_MIN_GAP above the bound and its slowest GPU waits on
     the owner side of the all-to-alls: what smaller pieces can mend (_priced_start)."""
-    state = LoadState.of_choices(problem.hw, problem.model, a.choices)
+    state = LoadState.of_choices(problem, a.choices)
     load = state.load()
     slowest = int(np.argmax(load))
     return bool(load[slowest] > bound.value_s * (1 + _SHARES_MIN_GAP)

@@ -4,7 +4,9 @@ from dataclasses import dataclass, field, replace
 
 from cost_models import (
     AccessModel,
+    AnalyticEstimator,
     CurveAccess,
+    Estimator,
     HardwareProfile,
     ModelGeom,
     StepBuffers,
@@ -16,6 +18,7 @@ from cost_models import (
 from cost_models.cache_policy import DEFAULT_POLICY
 from cost_models.sizes import optimizer_state_row_bytes, weight_row_bytes
 from planner.errors import BadInputError
+from planner.estimators import estimator_for
 from planner.spec import ResolvedRequest, TableConstraints, TableSpec
 from planner.spec import table as table_spec
 
@@ -47,6 +50,13 @@ class Problem:
     model: ModelGeom
     tables: tuple[TableInfo, ...]
     step_reserve: StepBuffers = field(default_factory=StepBuffers)
+    # What prices a piece (cost_models/estimator.py); build_problem sets the request's.
+    estimator: Estimator | None = None
+
+    @property
+    def priced(self) -> Estimator:
+        """The problem's estimator (the analytic one over `hw` when none was set)."""
+        return self.estimator if self.estimator is not None else AnalyticEstimator(self.hw)
 
     @property
     def hbm_cap_reported(self) -> int:
@@ -156,4 +166,5 @@ def build_problem(req: ResolvedRequest) -> Problem:
     # (planner/infeasibility.py, the step-buffers certificate).
     reserve = owner_buffers([t.geom for t in tables], model)
     hw = replace(hw, hbm_reserved_bytes=hw.hbm_reserved_bytes + reserve.total)
-    return Problem(request=req, hw=hw, model=model, tables=tuple(tables), step_reserve=reserve)
+    return Problem(request=req, hw=hw, model=model, tables=tuple(tables), step_reserve=reserve,
+                   estimator=estimator_for(req, hw))

@@ -84,7 +84,7 @@ def test_gpu_level_respects_pins_on_a_partly_pinned_host() -> None:
         cands[1][0].groups)}
     hw = problem.hw
     model = PartitionModel(problem, chosen, [0, 1], np.ones(hw.world_size, dtype=bool),
-                           LoadState(hw, problem.model), 1e-9, allow_world=True,
+                           LoadState.empty(problem), 1e-9, allow_world=True,
                            group_host=hosts)
     from ortools.sat.python import cp_model
 
@@ -182,7 +182,7 @@ def brute_force(req: dict[str, Any]) -> float:
             if float(nxt.combine(nxt.comp, nxt.comm).max()) < best:
                 go(t + 1, nxt)
 
-    go(0, LoadState(hw, problem.model))
+    go(0, LoadState.empty(problem))
     return best
 
 

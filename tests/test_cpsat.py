@@ -79,7 +79,7 @@ def brute_force(req: dict[str, Any]) -> float:
             if fits(nxt) and float(nxt.load().max()) < best:
                 go(t + 1, nxt)
 
-    go(0, LoadState(hw, problem.model))
+    go(0, LoadState.empty(problem))
     return best
 
 

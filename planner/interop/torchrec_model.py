@@ -157,7 +157,7 @@ class TorchRecScore:
         return mix
 
 
-def _partition_by(sharding_type: str) -> str:
+def partition_by(sharding_type: str) -> str:
     # As torchrec's EmbeddingEnumerator sets it (only the partitioner reads it).
     if sharding_type in ("table_row_wise", "table_column_wise", "grid_shard"):
         return "host"
@@ -186,7 +186,7 @@ def score_with_torchrec(problem: TorchRecProblem, export: TorchRecExport) -> Tor
         o = copy.deepcopy(template[t.name])
         o.sharding_type = ps.sharding_type
         o.compute_kernel = ps.compute_kernel
-        o.partition_by = _partition_by(ps.sharding_type)
+        o.partition_by = partition_by(ps.sharding_type)
         o.cache_params = (CacheParams(load_factor=ps.cache_params.load_factor)
                           if ps.cache_params else None)
         if ps.sharding_spec is None:  # data_parallel: a full replica on each rank

@@ -68,7 +68,7 @@ class SolveResult:
 
 
 def makespan(problem: Problem, choices: list[TableChoice]) -> float:
-    state = LoadState.of_choices(problem.hw, problem.model, choices)
+    state = LoadState.of_choices(problem, choices)
     return float(state.load().max())
 
 
@@ -151,7 +151,7 @@ def solve_exact(problem: Problem, cands: list[list[Candidate]], start: Assignmen
     unit = max(start_s, 1e-12) / _UNITS_PER_MAKESPAN
     model = PartitionModel(problem, cands, list(range(len(cands))),
                            np.ones(hw.world_size, dtype=bool),
-                           LoadState(hw, problem.model), unit, allow_world=True)
+                           LoadState.empty(problem), unit, allow_world=True)
     model.hint(dict(enumerate(start.choices)))
     solver = solver_params(budget, seed)
     history: list[Progress] = []
@@ -202,7 +202,7 @@ def repack(problem: Problem, cands: list[list[Candidate]], start: Assignment,
     hw = problem.hw
     rng = np.random.default_rng(seed)
     choices = list(start.choices)
-    state = LoadState.of_choices(hw, problem.model, choices)
+    state = LoadState.of_choices(problem, choices)
     current = float(state.load().max())
     history: list[Progress] = []
     spent, rounds, idle, improved = 0.0, 0, 0, 0

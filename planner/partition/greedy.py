@@ -80,7 +80,7 @@ def _greedy_pass(problem: Problem, cands: list[list[Candidate]],
                  ) -> list[TableChoice]:
     hw = problem.hw
     w = hw.world_size
-    state = LoadState(hw, problem.model, owner_side=owner_side, spread_hosts=spread_hosts)
+    state = LoadState.empty(problem, owner_side=owner_side, spread_hosts=spread_hosts)
     min_work = [min(c.work for c in cs) for cs in cands]
     order = sorted(range(len(cands)), key=lambda t: (-min_work[t], t))
     remaining = float(sum(min_work))

@@ -287,7 +287,7 @@ def solve_hierarchical(problem: Problem, cands: list[list[Candidate]], start: As
     proved = status == cp_model.OPTIMAL and not _hit_wall(s1)
     chosen, hosts = level1.extract(s1)
     level2 = PartitionModel(problem, chosen, list(range(len(chosen))),
-                            np.ones(hw.world_size, dtype=bool), LoadState(hw, problem.model),
+                            np.ones(hw.world_size, dtype=bool), LoadState.empty(problem),
                             unit, allow_world=True, group_host=hosts)
     level2.hint(_level2_hint(problem, start.choices, chosen, hosts))
     s2 = solver_params(max(budget - det, 0.05), seed)

@@ -76,7 +76,7 @@ class LocalSearch:
         self.cands = cands
         self.choices = assignment.choices
         self.assignment = assignment
-        self.state = LoadState.of_choices(problem.hw, problem.model, self.choices)
+        self.state = LoadState.of_choices(problem, self.choices)
         self.masks = [allowed_mask(problem, t) for t in range(len(problem.tables))]
         self.pinned = np.array([m is not None for m in self.masks], dtype=bool)
         self.pieces = _Pieces(self.choices)

@@ -94,7 +94,7 @@ def lp_start(problem: Problem, cands: list[list[Candidate]], choice: list[int],
     """Place each table's chosen candidate (`choice[t]` indexes cands[t]), world-scope
     (data-parallel, row-wise) tables first; a table whose choice no longer fits takes its
     next candidate by work. None if one fits nowhere."""
-    state = LoadState(problem.hw, problem.model, owner_side=owner_side,
+    state = LoadState.empty(problem, owner_side=owner_side,
                       spread_hosts=spread_hosts)
     picked = [cs[i] for cs, i in zip(cands, choice, strict=True)]
     first = sorted((t for t, c in enumerate(picked) if c.scope is Scope.WORLD),

@@ -5,9 +5,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from cost_models import HardwareProfile, ModelGeom, step_fixed, step_time
+from cost_models import CostBreakdown, HardwareProfile, ModelGeom, step_time
 from cost_models.placement import owner_deficit, wait_of
 from planner.candidates import Candidate, Group, Scope
+from planner.problem import Problem
 
 if TYPE_CHECKING:
     from planner.partition.assignment import TableChoice
@@ -29,8 +30,8 @@ class LoadState:
     what the owner side of the all-to-alls needs (cost_models/placement.py): the pieces'
     inter-host bytes per GPU and their owner bytes per sample per host."""
 
-    def __init__(self, hw: HardwareProfile, model: ModelGeom, owner_side: bool = True,
-                 spread_hosts: bool = False) -> None:
+    def __init__(self, hw: HardwareProfile, model: ModelGeom, fixed: CostBreakdown,
+                 owner_side: bool = True, spread_hosts: bool = False) -> None:
         self.hw = hw
         self.model = model
         # Among equal GPUs, the one on the least loaded host (_choose_gpu).
@@ -42,8 +43,9 @@ class LoadState:
         self.pipelined = model.pipelined
         self.g = hw.gpus_per_host
         self.w = hw.world_size
-        # Every GPU pays the step's all-to-all calls whatever it holds (cost.step_fixed).
-        fixed_comp, fixed_comm = step_fixed(hw).sides(model.pipelined)
+        # Every GPU pays what the estimator's `fixed` says whatever it holds (the analytic
+        # model's: the step's all-to-all calls, cost.step_fixed).
+        fixed_comp, fixed_comm = fixed.sides(model.pipelined)
         self.comp = np.full(self.w, fixed_comp)
         self.comm = np.full(self.w, fixed_comm)
         self.hbm = np.zeros(self.w, dtype=np.int64)
@@ -54,10 +56,15 @@ class LoadState:
         self.rate = np.zeros((hw.hosts, 3))
 
     @classmethod
-    def of_choices(cls, hw: HardwareProfile, model: ModelGeom,
-                   choices: "list[TableChoice]") -> "LoadState":
+    def empty(cls, problem: "Problem", owner_side: bool = True,
+              spread_hosts: bool = False) -> "LoadState":
+        """The problem's GPUs with nothing placed (their estimator's fixed seconds)."""
+        return cls(problem.hw, problem.model, problem.priced.fixed(), owner_side, spread_hosts)
+
+    @classmethod
+    def of_choices(cls, problem: "Problem", choices: "list[TableChoice]") -> "LoadState":
         """The loads and memory of a whole assignment."""
-        state = cls(hw, model)
+        state = cls.empty(problem)
         for ch in choices:
             for grp, ranks in zip(ch.cand.groups, ch.ranks, strict=True):
                 state.apply(grp, ranks)

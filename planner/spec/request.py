@@ -2,13 +2,20 @@
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, Discriminator, Field, Tag
+from pydantic import (
+    BeforeValidator,
+    Discriminator,
+    Field,
+    SerializerFunctionWrapHandler,
+    Tag,
+    model_serializer,
+)
 from pydantic_core import PydanticCustomError
 
 from planner.errors import BadInputError
 from planner.spec.hardware import HardwareRef, HardwareSpec
 from planner.spec.model import ModelSpec
-from planner.spec.table import StrictModel
+from planner.spec.table import StrictModel, drop_absent
 
 
 def _hardware_kind(value: Any) -> str:
@@ -73,6 +80,19 @@ class PlanOptions(StrictModel):
     seed: Annotated[int, Field(strict=True, ge=0, le=2**31 - 1)] = Field(
         0, description=(
             "CP-SAT's random seed; the same request and seed give the same plan."))
+    estimator: Literal["analytic", "torchrec"] = Field(
+        "analytic", description=(
+            "What prices a piece, for the search, the plan's figures, the checker and the "
+            "executor's prediction: analytic (our cost model over the hardware profile, a "
+            "preset or a `planner calibrate` profile) or torchrec (TorchRec's "
+            "EmbeddingPerfEstimator over the same hardware, as its own planner prices "
+            "shards; needs torchrec installed)."))
+
+    @model_serializer(mode="wrap")
+    def _drop_default_estimator(self, handler: SerializerFunctionWrapHandler) -> Any:
+        """Left out of the JSON when analytic, so requests that do not set it hash as
+        before the field existed."""
+        return drop_absent(handler(self), ("estimator",), absent="analytic")
 
 
 class PlanRequest(StrictModel):
