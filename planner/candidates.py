@@ -203,6 +203,7 @@ class _Coster:
 
     def __init__(self, problem: Problem, t: TableInfo) -> None:
         self.p, self.t = problem, t
+        self.est = problem.priced
         self.shapes: dict[tuple[tuple[bool, bool], Tier, float, int, int],
                           tuple[float, ...]] = {}
         self.figures: dict[tuple[tuple[bool, bool], Tier, float, int, int],
@@ -251,7 +252,7 @@ class _Coster:
               prepared: "list[_Prepared]") -> object:
         """None where the estimator prices by shape (the caches key by type class). Else the
         candidate's pieces are priced together, once, and the returned context keys them."""
-        est = self.p.priced
+        est = self.est
         if est.per_shape:
             return None
         r = ratio if ratio is not None else 1.0
@@ -282,7 +283,7 @@ class _Coster:
         p, t = self.p, self.t
         hbm, ddr, ssd, buf = self._bytes(kind, tier, ratio, rows, cols)
         traffic = piece_traffic(t.geom, kind, tier, ratio, rows, cols, p.hw, p.model)
-        est = p.priced
+        est = self.est
         c = (est.pieces(t.index, kind, tier, ratio, ((rows, cols),), (traffic,))[0]
              if ctx is None else self.prices[key])
         inter, rate = piece_sides(traffic)
