@@ -114,3 +114,25 @@ def test_sequence_tables_are_refused_by_name():
                       "options": {"estimator": "torchrec"}})
     assert err.value.field == "model.tables[1].pooling_mode"
     assert err.value.table == name
+
+
+def test_the_executor_compares_a_run_with_torchrecs_prediction(tmp_path):
+    """`planner execute --compare` of a plan priced by TorchRec: the prediction is the plan's
+    own (no whole-call all-reduce correction, which is the analytic model's), every check
+    of the run still passes, and the input all-to-all is predicted at 0 (Perf.total leaves
+    it out) while it is measured."""
+    from planner.executor.demo import small_plan
+    from planner.executor.job import RunOptions
+    from planner.executor.run import execute
+
+    base = small_plan(batch=8)
+    layout = _torchrec_layout(PlanLayout(request=base.request, tables=base.tables))
+    plan = evaluate(layout)
+    rep = execute(plan, RunOptions(steps=3, warmup_steps=1, timed_steps=3,
+                                   collective_timeout_s=60), run_dir=tmp_path, timeout_s=180)
+    assert rep.ok, [(c.name, c.detail) for c in rep.checks if not c.ok]
+    by_rank = {g.rank: g for g in plan.gpus}
+    for row in rep.compare["ranks"]:
+        assert math.isclose(row["predicted_total"], by_rank[row["rank"]].cost.total_s,
+                            rel_tol=1e-12)
+        assert "input_a2a" not in row["phases"] or row["phases"]["input_a2a"]["predicted"] == 0
