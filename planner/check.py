@@ -1,7 +1,8 @@
 """An independent plan checker: trusts nothing in the plan but the request and the pieces.
 
-It re-derives coverage, structure, memory and costs on its own (from `cost_models` only) and
-compares them with what the plan reports:
+It re-derives coverage, structure, memory and costs on its own (from `cost_models` only; the
+seconds from the request's estimator, cost_models/estimator.py) and compares them with what
+the plan reports:
 - every table of the request appears once; every row and column of it is covered exactly
   once (once per replica, on every GPU, for data-parallel);
 - each sharding type has its shape (table-wise: one whole piece; row-wise: one row range per
