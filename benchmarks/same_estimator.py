@@ -13,9 +13,10 @@ TorchRec's scoring of its export, and checked against the plan's own step time (
 agree: the plan was priced by the same estimators).
 
 Cases: every bundled fixture of at most BIG_TABLES tables on 1 and 2 hosts of `h100` (8 GPUs
-each), each in a subprocess with CASE_LIMIT_S seconds.
+each), and those of at most WIDE_TABLES tables on 16 hosts too, each in a subprocess with
+CASE_LIMIT_S seconds.
 
-Usage (from the repo root; about 10 minutes):
+Usage (from the repo root; about 15 minutes):
     PYTHONPATH=. python -m benchmarks.same_estimator [--only FIXTURE ...]
 Writes benchmarks/results/same_estimator.json and .md.
 """
@@ -40,6 +41,7 @@ COMMAND = "PYTHONPATH=. python -m benchmarks.same_estimator"
 PRESET = "h100"
 HOSTS = (1, 2)
 BIG_TABLES = 200
+WIDE_HOSTS, WIDE_TABLES = 16, 32  # 128 GPUs for the small fixtures
 CASE_LIMIT_S = 600
 
 
@@ -206,7 +208,9 @@ def cases(only: list[str] | None) -> list[tuple[str, int]]:
 
     size = {f: len(json.loads(fixture_text(f))["tables"]) for f in fixture_names()}
     chosen = [f for f in size if size[f] <= BIG_TABLES and (not only or f in only)]
-    return sorted(((f, h) for f in chosen for h in HOSTS), key=lambda c: (size[c[0]], c))
+    grid = [(f, h) for f in chosen
+            for h in (*HOSTS, *((WIDE_HOSTS,) if size[f] <= WIDE_TABLES else ()))]
+    return sorted(grid, key=lambda c: (size[c[0]], c))
 
 
 def main(argv: list[str] | None = None) -> None:
