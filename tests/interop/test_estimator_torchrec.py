@@ -21,6 +21,7 @@ from planner.interop import TorchRecProblem, score_with_torchrec, to_torchrec
 from planner.plan_model import EvaluateInput, Plan, PlanLayout
 from planner.planning import evaluate
 from planner.presets import fixture_text
+from tests.interop.interop_helpers import piece, table, tplan
 from tests.interop.test_interop_export import _every_type
 
 pytestmark = pytest.mark.usefixtures("quiet_torchrec")
@@ -42,7 +43,10 @@ def _per_rank_agrees(plan: Plan) -> None:
 
 
 def test_every_sharding_type_is_priced_as_torchrec_scores_it(make_layout):
-    layout = _torchrec_layout(make_layout(_every_type()))
+    # Every tier too: hbm, hbm_cache, ddr (in _every_type) and ssd (TorchRec's key_value).
+    ssd = (table("ssd", 1000, 32), tplan("ssd", "table_wise", [piece(4, 0, 1000, 0, 32)],
+                                          "ssd", 0.1))
+    layout = _torchrec_layout(make_layout([*_every_type(), ssd]))
     plan = evaluate(layout)
     _per_rank_agrees(plan)
     # No step-wide terms: no call latency, no owner side.
