@@ -5,15 +5,22 @@ estimator's. Every part that needs a piece's seconds (candidates, plan building,
 `explain`, the checker, the executor's prediction) asks the request's estimator, so a plan
 is priced, searched, checked and compared with a measurement under one model:
 
-- `AnalyticEstimator`: cost.traffic_cost over the hardware profile, with the step's all-to-all
-  call latency (cost.step_fixed) and the owner side of the all-to-alls (placement.py). A
-  preset and a calibrated profile (`planner calibrate`) are two profiles of this one class.
+- `AnalyticEstimator`: cost.traffic_cost over the hardware profile; its `fixed` is the step's
+  all-to-all call latency (cost.step_fixed), and it has `step_terms`, so callers add the owner
+  side of the all-to-alls (placement.py, from the pieces' bytes). A preset and a calibrated
+  profile (`planner calibrate`) are two profiles of this one class.
 - planner.interop.estimator's `TorchRecEstimator`: TorchRec's own shard estimators
   (EmbeddingPerfEstimator), as its planner prices its proposals; no step-wide terms.
 
-An estimator prices a table's pieces together (`pieces`): TorchRec's estimate of a shard
-reads its sibling shards (uneven row splits cost more). `per_shape` says when a piece's price
-depends on its type class, tier, cache ratio and shape alone, so callers may cache by shape.
+An estimator prices a table's pieces together (`pieces`): TorchRec's estimator takes a
+table's whole sharding option, whose shard list its post-processing hook may read (a no-op
+in torchrec 1.8), and its price depends on the exact sharding type, not only on our three
+type classes. `per_shape` says when a piece's price depends on its type class, tier, cache
+ratio and shape alone, so callers may cache by shape.
+
+`step_terms` means the analytic model's step-wide terms apply, both of them: `fixed` is then
+cost.step_fixed (the checker recomputes that latency from the constants on its own) and the
+owner side is added from the pieces' bytes. An estimator without them has its own `fixed`.
 """
 
 from collections.abc import Sequence
@@ -32,8 +39,9 @@ class Estimator(Protocol):
     # A piece's price depends only on its type class (data-parallel, host-reduced, other),
     # tier, cache ratio and shape: callers may price one shape once for every sharding.
     per_shape: bool
-    # Whether the model's step-wide terms apply: every GPU's all-to-all call latency and the
-    # sample owners' side of the all-to-alls beyond its pieces' (placement.py).
+    # Whether the analytic model's step-wide terms apply: `fixed` is cost.step_fixed (every
+    # GPU's all-to-all call latency) and callers add the sample owners' side of the
+    # all-to-alls beyond its pieces' (placement.py).
     step_terms: bool
 
     def pieces(self, table: int, kind: ShardingType, tier: Tier, cache_ratio: float,
