@@ -13,6 +13,9 @@ over ranks, and whether the predicted slowest rank is the measured slowest; acro
 Spearman between predicted and measured step time, the median |error| per rank and phase, the
 fraction of plans whose predicted slowest rank is the measured slowest. The whole set runs
 twice: Spearman between the two runs' measured step times says whether the ranking is stable.
+The same runs are also priced by TorchRec's estimator (`options.estimator` torchrec on the same
+scaled layout and hardware, `torchrec_priced`) and summarized beside ours: a referee of the
+two cost models against one set of measurements.
 
 Before calibration: plans predicted on the h100 preset (GPU figures against a CPU: the
 errors are the distance between the two machines, only the rankings mean anything). After
