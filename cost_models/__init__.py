@@ -10,7 +10,7 @@ from cost_models.cost import (
     step_time,
     traffic_cost,
 )
-from cost_models.estimator import AnalyticEstimator, Estimator
+from cost_models.estimator import AnalyticEstimator, Estimator, priced_sides
 from cost_models.geometry import ModelGeom, TableGeom, cache_rows
 from cost_models.hardware import CostConstants, HardwareProfile
 from cost_models.memory import (
@@ -56,6 +56,7 @@ __all__ = [
     "piece_sides",
     "piece_traffic",
     "placed_piece_buffers",
+    "priced_sides",
     "sides_of",
     "step_fixed",
     "step_time",

@@ -26,8 +26,11 @@ owner side is added from the pieces' bytes. An estimator without them has its ow
 from collections.abc import Sequence
 from typing import Protocol
 
+import numpy as np
+
 from cost_models.cost import CostBreakdown, step_fixed, traffic_cost
 from cost_models.hardware import HardwareProfile
+from cost_models.placement import piece_sides
 from cost_models.traffic import PieceTraffic
 from cost_models.types import ShardingType, Tier
 
@@ -74,3 +77,10 @@ class AnalyticEstimator:
 
     def fixed(self) -> CostBreakdown:
         return step_fixed(self.hw)
+
+
+def priced_sides(est: Estimator, traffic: PieceTraffic) -> tuple[np.ndarray, np.ndarray]:
+    """placement.piece_sides of a piece (inter-host bytes, owner bytes per sample), the owner
+    rates zero where the estimator has no step terms (so no owner side is ever charged)."""
+    inter, rate = piece_sides(traffic)
+    return inter, (rate if est.step_terms else np.zeros(3))

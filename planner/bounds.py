@@ -181,7 +181,7 @@ def lower_bound(problem: Problem, cands: list[list[Candidate]]) -> LowerBound:
     # busiest GPU's pieces rises by the sum of its sides: pipelined, comm + (compute -
     # input_a2a), which is below comm, so every floor (work, comm alone, a piece's step_time,
     # max(x + fx, 0) >= max(x, 0) + fx for fx <= 0) stays valid.
-    c = sum(problem.priced.fixed().sides(problem.model.pipelined))
+    c = sum(problem.estimator.fixed().sides(problem.model.pipelined))
     plain, priced, balanced, largest = plain + c, priced + c, balanced + c, largest + c
     pinned = pinned + c if pinned > 0 else pinned
     average = max(plain, priced)

@@ -22,9 +22,9 @@ from cost_models import (
     ShardingType,
     Tier,
     piece_memory,
-    piece_sides,
     piece_traffic,
     placed_piece_buffers,
+    priced_sides,
 )
 from planner.problem import Problem, TableInfo
 
@@ -203,7 +203,7 @@ class _Coster:
 
     def __init__(self, problem: Problem, t: TableInfo) -> None:
         self.p, self.t = problem, t
-        self.est = problem.priced
+        self.est = problem.estimator
         self.shapes: dict[tuple[tuple[bool, bool], Tier, float, int, int],
                           tuple[float, ...]] = {}
         self.figures: dict[tuple[tuple[bool, bool], Tier, float, int, int],
@@ -262,9 +262,9 @@ class _Coster:
         shapes = [(int(rows), int(cols)) for pg in prepared
                   for rows, cols in pg.geometry[:, [1, 3]].tolist()]
         p, t = self.p, self.t
-        traffic = [piece_traffic(t.geom, kind, tier, r, rows, cols, p.hw, p.model)
-                   for rows, cols in shapes]
-        costs = est.pieces(t.index, kind, tier, r, shapes, traffic)
+        bytes_of = {(rows, cols): piece_traffic(t.geom, kind, tier, r, rows, cols, p.hw, p.model)
+                    for rows, cols in shapes}  # a row-wise candidate repeats two shapes
+        costs = est.pieces(t.index, kind, tier, r, shapes, [bytes_of[s] for s in shapes])
         for shape, c in zip(shapes, costs, strict=True):
             # Pieces of one shape in one candidate are priced alike (no estimator reads ranks).
             self.prices[(ctx, tier, r, *shape)] = c
@@ -286,9 +286,7 @@ class _Coster:
         est = self.est
         c = (est.pieces(t.index, kind, tier, ratio, ((rows, cols),), (traffic,))[0]
              if ctx is None else self.prices[key])
-        inter, rate = piece_sides(traffic)
-        if not est.step_terms:
-            rate = np.zeros(3)
+        inter, rate = priced_sides(est, traffic)
         sides = (*inter.tolist(), *rate.tolist())
         # The two sides cost.step_time combines (pipelined: compute less the input all-to-all).
         found = self.shapes[key] = (*c.sides(p.model.pipelined), *sides)

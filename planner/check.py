@@ -189,7 +189,7 @@ def check_plan(plan: Plan, strict: bool = False, proof_budget: float | None = No
         # estimator needs); the analytic one is cost.traffic_cost of each piece's bytes.
         traffic = [piece_traffic(t.geom, tp.sharding_type, tp.tier, ratio, p.row_count,
                                  p.col_count, hw, model) for p in tp.pieces]
-        priced = problem.priced.pieces(t.index, tp.sharding_type, tp.tier, ratio,
+        priced = problem.estimator.pieces(t.index, tp.sharding_type, tp.tier, ratio,
                                        [(p.row_count, p.col_count) for p in tp.pieces], traffic)
         for p, tr, cost in zip(tp.pieces, traffic, priced, strict=True):
             m = piece_memory(t.geom, tp.tier, ratio, p.row_count, p.col_count, hw)
@@ -210,7 +210,7 @@ def check_plan(plan: Plan, strict: bool = False, proof_budget: float | None = No
     # The step-wide terms, where the plan's estimator has them (the analytic one does;
     # TorchRec's prices shards alone). Every GPU owns samples, so the owner side can cost
     # time even where no piece is.
-    steps = problem.priced.step_terms
+    steps = problem.estimator.step_terms
     waits = owner_wait(piece_inter, host_rate, np.arange(w) // g, model.batch_per_gpu,
                        hw.eff_nic_bw)
     for r, wait in enumerate(waits.tolist()):
@@ -225,10 +225,10 @@ def check_plan(plan: Plan, strict: bool = False, proof_budget: float | None = No
         for r in range(w):
             costs[r] = (costs[r] or CostBreakdown()) + CostBreakdown(input_a2a=2 * call,
                                                                      output_a2a=4 * call)
-    elif not steps and problem.priced.fixed() != CostBreakdown():
+    elif not steps and problem.estimator.fixed() != CostBreakdown():
         # An estimator with fixed seconds of its own: taken as it states them.
         for r in range(w):
-            costs[r] = (costs[r] or CostBreakdown()) + problem.priced.fixed()
+            costs[r] = (costs[r] or CostBreakdown()) + problem.estimator.fixed()
     step = _figures(plan, problem.hw, problem.hbm_cap_reported, hbm, buffers, ddr_gpu,
                     ssd_gpu, pieces, costs, rep)
     if step is not None:

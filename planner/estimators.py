@@ -33,10 +33,10 @@ def table_prices(problem: "Problem", info: "TableInfo", kind: ShardingType, tier
                  ) -> dict[tuple[int, int], CostBreakdown]:
     """Each distinct (rows, cols) of one table's pieces (`shapes`: all of them, in plan
     order), priced by the problem's estimator: by shape, or the table's pieces together."""
-    est, hw = problem.priced, problem.hw
+    est, hw = problem.estimator, problem.hw
     ratio = cache_ratio if cache_ratio is not None else 1.0
-    wanted = list(dict.fromkeys(shapes)) if est.per_shape else shapes
-    traffic = [piece_traffic(info.geom, kind, tier, ratio, rows, cols, hw, problem.model)
-               for rows, cols in wanted]
-    return dict(zip(wanted, est.pieces(info.index, kind, tier, ratio, wanted, traffic),
-                    strict=True))
+    bytes_of = {(rows, cols): piece_traffic(info.geom, kind, tier, ratio, rows, cols, hw,
+                                            problem.model) for rows, cols in shapes}
+    wanted = list(bytes_of) if est.per_shape else shapes
+    return dict(zip(wanted, est.pieces(info.index, kind, tier, ratio, wanted,
+                                       [bytes_of[s] for s in wanted]), strict=True))

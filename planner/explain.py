@@ -26,8 +26,8 @@ from cost_models import (
     Tier,
     owner_wait,
     piece_memory,
-    piece_sides,
     piece_traffic,
+    priced_sides,
     sides_of,
     step_time,
 )
@@ -68,12 +68,10 @@ def piece_row(problem: Problem, info: TableInfo, tp_kind: ShardingType, tier: Ti
     hw = problem.hw
     r = ratio if ratio is not None else 1.0
     traffic = piece_traffic(info.geom, tp_kind, tier, r, rows, cols, hw, problem.model)
-    c = cost if cost is not None else problem.priced.pieces(
+    c = cost if cost is not None else problem.estimator.pieces(
         info.index, tp_kind, tier, r, [(rows, cols)], [traffic])[0]
     m = piece_memory(info.geom, tier, r, rows, cols, hw)
-    inter, rate = piece_sides(traffic)
-    if not problem.priced.step_terms:
-        rate = np.zeros(3)
+    inter, rate = priced_sides(problem.estimator, traffic)
     return np.array([c.lookup, c.backward, c.cache_miss, c.input_a2a, c.output_a2a,
                      c.allreduce, m.hbm, m.ddr, m.ssd, *inter.tolist(), *rate.tolist()])
 
@@ -106,7 +104,7 @@ class PieceCoster:
         """(ranks, figures) of a table's pieces."""
         ranks = np.array([p.rank for p in tp.pieces], dtype=np.int64)
         shapes = [(p.row_count, p.col_count) for p in tp.pieces]
-        if self.problem.priced.per_shape:
+        if self.problem.estimator.per_shape:
             rows = np.array([self.row(tp.name, tp.sharding_type, tp.tier, tp.cache_ratio, *sh)
                              for sh in shapes])
         else:
@@ -136,7 +134,7 @@ def gpu_times(problem: Problem, sums: np.ndarray) -> np.ndarray:
     extra = owner_wait(sums[:, 9:12], host_rate, host_of, problem.model.batch_per_gpu,
                        hw.eff_nic_bw)
     pipelined = problem.model.pipelined
-    fixed = problem.priced.fixed().sides(pipelined)  # what every GPU pays whatever it holds
+    fixed = problem.estimator.fixed().sides(pipelined)  # what every GPU pays whatever it holds
     comp, comm = gpu_sides(problem, sums)
     return step_time(comp + fixed[0], comm + extra + fixed[1], pipelined)
 

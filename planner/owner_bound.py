@@ -243,7 +243,7 @@ def owner_bound(problem: Problem, cands: list[list[Candidate]]) -> float:
     gathered = _gather(cands, problem)
     if gathered is None:
         return 0.0
-    fixed = problem.priced.fixed()
+    fixed = problem.estimator.fixed()
     if not problem.model.pipelined:
         return _side_bound(problem, gathered, "total", fixed.compute + fixed.comm)
     return max(_side_bound(problem, gathered, "comm", fixed.comm),

@@ -17,9 +17,9 @@ from cost_models import (
     Tier,
     owner_wait,
     piece_memory,
-    piece_sides,
     piece_traffic,
     placed_piece_buffers,
+    priced_sides,
 )
 from planner.bounds import LowerBound
 from planner.errors import BadInputError
@@ -70,7 +70,8 @@ def gpu_totals(layout: PlanLayout | PieceLayout, problem: Problem) -> list[GpuTo
         distinct, inverse = np.unique(keys, return_inverse=True)
         known = arrays.figures or (None,) * len(arrays.names)
         rows = []
-        together = not problem.priced.per_shape
+        together = not problem.estimator.per_shape
+        priced: dict[int, dict[tuple[int, int], CostBreakdown]] = {}  # by table, `together`
         for i, k in zip((distinct // len(shape_keys)).tolist(),
                         (distinct % len(shape_keys)).tolist(), strict=True):
             shape = (*shape_keys[k].tolist(),)
@@ -80,9 +81,10 @@ def gpu_totals(layout: PlanLayout | PieceLayout, problem: Problem) -> list[GpuTo
                 continue
             info = by_name[arrays.names[i]]
             # An estimator that prices a table's pieces together sees all of them.
-            cost = table_prices(problem, info, arrays.kinds[i], arrays.tiers[i],
-                                arrays.cache_ratios[i], _shapes_of(arrays, i))[shape] \
-                if together else None
+            if together and i not in priced:
+                priced[i] = table_prices(problem, info, arrays.kinds[i], arrays.tiers[i],
+                                         arrays.cache_ratios[i], _shapes_of(arrays, i))
+            cost = priced[i][shape] if together else None
             rows.append(shape_figures(problem, info, arrays.kinds[i], arrays.tiers[i],
                                       arrays.cache_ratios[i], *shape, cost=cost))
         values = np.array(rows)[inverse.reshape(-1)]
@@ -98,7 +100,7 @@ def gpu_totals(layout: PlanLayout | PieceLayout, problem: Problem) -> list[GpuTo
     # holds the owner side's step buffers (problem.step_reserve).
     reserve = problem.step_reserve.total
     # ... and pays the step's all-to-all call latency whatever it holds (the estimator's).
-    fixed = problem.priced.fixed()
+    fixed = problem.estimator.fixed()
     return [
         GpuTotals(
             cost=CostBreakdown(*(float(x) for x in sums[r, :6]), owner_a2a=float(extra[r]))
@@ -139,14 +141,12 @@ def shape_figures(problem: Problem, info: TableInfo, kind: ShardingType, tier: T
     hw = problem.hw
     ratio = cache_ratio if cache_ratio is not None else 1.0
     traffic = piece_traffic(info.geom, kind, tier, ratio, rows, cols, hw, problem.model)
-    c = cost if cost is not None else problem.priced.pieces(
+    c = cost if cost is not None else problem.estimator.pieces(
         info.index, kind, tier, ratio, [(rows, cols)], [traffic])[0]
     m = piece_memory(info.geom, tier, ratio, rows, cols, hw)
     buf = placed_piece_buffers(info.geom, kind, tier, ratio, rows, cols, hw,
                                problem.model).total
-    inter, rate = piece_sides(traffic)
-    if not problem.priced.step_terms:
-        rate = np.zeros(3)
+    inter, rate = priced_sides(problem.estimator, traffic)
     return [c.lookup, c.backward, c.cache_miss, c.input_a2a, c.output_a2a, c.allreduce,
             m.hbm + buf, m.ddr, m.ssd, *inter.tolist(), *rate.tolist(), buf]
 

@@ -4,7 +4,6 @@ from dataclasses import dataclass, field, replace
 
 from cost_models import (
     AccessModel,
-    AnalyticEstimator,
     CurveAccess,
     Estimator,
     HardwareProfile,
@@ -49,14 +48,9 @@ class Problem:
     hw: HardwareProfile
     model: ModelGeom
     tables: tuple[TableInfo, ...]
+    # What prices a piece (cost_models/estimator.py): the request's.
+    estimator: Estimator
     step_reserve: StepBuffers = field(default_factory=StepBuffers)
-    # What prices a piece (cost_models/estimator.py); build_problem sets the request's.
-    estimator: Estimator | None = None
-
-    @property
-    def priced(self) -> Estimator:
-        """The problem's estimator (the analytic one over `hw` when none was set)."""
-        return self.estimator if self.estimator is not None else AnalyticEstimator(self.hw)
 
     @property
     def hbm_cap_reported(self) -> int:

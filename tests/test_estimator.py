@@ -39,7 +39,7 @@ def test_naming_the_analytic_estimator_changes_nothing():
 
 def test_analytic_prices_each_piece_as_the_cost_model():
     problem = build_problem(resolve(REQUEST))
-    est = problem.priced
+    est = problem.estimator
     assert isinstance(est, AnalyticEstimator) and est.step_terms and est.per_shape
     t = problem.tables[0]
     from cost_models import piece_traffic
@@ -101,7 +101,7 @@ def test_the_problems_estimator_prices_candidates_and_plans():
     layout = PlanLayout(request=plan.request, tables=plan.tables)
     base_totals = gpu_totals(layout, problem)
     twice_totals = gpu_totals(layout, doubled)
-    fixed = problem.priced.fixed()
+    fixed = problem.estimator.fixed()
     for b, d in zip(base_totals, twice_totals, strict=True):
         for f in ("lookup", "backward", "cache_miss", "allreduce"):
             assert getattr(d.cost, f) == 2 * getattr(b.cost, f)

@@ -117,8 +117,6 @@ def _sync_of(device: torch.device) -> Callable[[], None]:
 ALLREDUCE_TABLES = (1, 8)
 
 
-
-
 def bench_kernels(cfg: BenchConfig, device: torch.device, out: Measurements,
                   tick: Callable[[], None]) -> None:
     """Lookups and backward updates of one piece, through the executor's store and kernels,

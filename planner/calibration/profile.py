@@ -85,6 +85,9 @@ def _ids(r: dict[str, Any]) -> float:
 # memory behind it (here a 100-row table's lookups cost 10-15x less per id than a
 # 200,000-row table's).
 MAX_CACHE_FACTOR = 1_000.0
+# Each device-cache factor and the two fitted inverse bandwidths it is the ratio of.
+_CACHE_FACTORS = (("device_cache_fwd_factor", "inv_hbm_bw", "inv_hbm_cached_bw"),
+                  ("device_cache_bwd_factor", "inv_backward_bw", "inv_backward_cached_bw"))
 
 
 def choose_device_cache(m: Measurements, levels: list[int]
@@ -98,10 +101,8 @@ def choose_device_cache(m: Measurements, levels: list[int]
 
     def credible(c: int) -> bool:
         f = tried[c]
-        return c == 0 or all(
-            f.value(fast) * MAX_CACHE_FACTOR >= f.value(slow) > 0
-            for slow, fast in (("inv_hbm_bw", "inv_hbm_cached_bw"),
-                               ("inv_backward_bw", "inv_backward_cached_bw")))
+        return c == 0 or all(f.value(fast) * MAX_CACHE_FACTOR >= f.value(slow) > 0
+                             for _, slow, fast in _CACHE_FACTORS)
 
     best = min((c for c in tried if credible(c)),
                key=lambda c: (tried[c].rel_residual_median + (0.0 if c == 0 else 0.01), c))
@@ -247,9 +248,7 @@ def build_profile(preset: str, m: Measurements, device: str, command: str
         consts["backward_efficiency"] = (max(1e-6, min(1.0, kern.value("inv_hbm_bw") / inv_b))
                                          if inv_b > 0 else 1.0)
         consts["device_cache_bytes"] = cache
-        for name, slow, fast in (("device_cache_fwd_factor", "inv_hbm_bw", "inv_hbm_cached_bw"),
-                                 ("device_cache_bwd_factor", "inv_backward_bw",
-                                  "inv_backward_cached_bw")):
+        for name, slow, fast in _CACHE_FACTORS:
             # How many times faster the cache serves (1 to 1e4, the input's range).
             s, f = kern.value(slow), kern.value(fast)
             consts[name] = (1.0 if cache == 0 or s <= 0 else

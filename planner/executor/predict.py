@@ -114,7 +114,7 @@ def predict(plan: Plan) -> tuple[list[RankPrediction], list[PiecePrediction]]:
         rp.buffer_terms["exchange_bwd"] = terms.exchange(False)
         rp.buffer_terms["workspace_largest_piece"] = max((b.workspace for b in bs), default=0)
     # The executor's whole all-reduce calls are the analytic model's step-wide accounting.
-    whole = (_whole_calls(plan, by_name, hw, model) if problem.priced.step_terms
+    whole = (_whole_calls(plan, by_name, hw, model) if problem.estimator.step_terms
              else [0.0] * hw.world_size)
     for g in plan.gpus:
         c = g.cost

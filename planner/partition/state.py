@@ -59,7 +59,7 @@ class LoadState:
     def empty(cls, problem: "Problem", owner_side: bool = True,
               spread_hosts: bool = False) -> "LoadState":
         """The problem's GPUs with nothing placed (their estimator's fixed seconds)."""
-        return cls(problem.hw, problem.model, problem.priced.fixed(), owner_side, spread_hosts)
+        return cls(problem.hw, problem.model, problem.estimator.fixed(), owner_side, spread_hosts)
 
     @classmethod
     def of_choices(cls, problem: "Problem", choices: "list[TableChoice]") -> "LoadState":
