@@ -9,9 +9,11 @@ import pytest
 
 import planner.partition.greedy as greedy_mod
 from planner.bounds import lower_bound
+from planner.candidates import Group
 from planner.partition.greedy import greedy
 from planner.partition.local_search import LocalSearch, local_search
 from planner.partition.lp_start import lp_start, relaxed_choices
+from planner.partition.state import LoadState
 from planner.planning import build_problem, candidates_for, resolve
 from planner.presets import fixture_text
 
@@ -75,3 +77,36 @@ def _copy(a):
 
     return Assignment([TableChoice(c.cand, [np.array(r) for r in c.ranks]) for c in a.choices],
                       a.solver, a.status, list(a.notes))
+
+
+@pytest.mark.parametrize("hosts", [1, 4])
+def test_world_group_apply_matches_add_at(hosts) -> None:
+    """LoadState.apply's whole-array path for a piece-per-rank group (data-parallel,
+    row-wise) leaves every array bit for bit as np.add.at's element-by-element additions
+    do, on the way in and out, over a state that already holds pieces: random groups whose
+    floats span many magnitudes, so any change in the order of the additions shows."""
+    problem, _, _ = _setup("hugectr_200", hosts, False, False)
+    w = problem.hw.world_size
+    rng = np.random.default_rng(7)
+
+    def floats(*shape: int) -> np.ndarray:
+        return rng.random(shape) * 10.0 ** rng.integers(-12, 3, size=shape)
+
+    def ints() -> np.ndarray:
+        return rng.integers(0, 2**40, size=w)
+
+    groups = [Group(np.zeros((w, 4), dtype=np.int64), floats(w), floats(w), ints(), ints(),
+                    ints(), floats(w, 3), floats(w, 3)) for _ in range(5)]
+    state = LoadState.empty(problem)
+    ref = {k: np.array(getattr(state, k), copy=True)
+           for k in ("comp", "comm", "hbm", "inter", "ddr", "ssd", "rate")}
+    ranks = np.arange(w)
+    hosts_of = ranks // problem.hw.gpus_per_host
+    for sign in (1, 1, -1):
+        for grp in groups:
+            state.apply(grp, ranks, sign)
+            for name in ref:
+                idx = hosts_of if name in ("ddr", "ssd", "rate") else ranks
+                np.add.at(ref[name], idx, sign * getattr(grp, name))
+            for name, arr in ref.items():
+                assert np.array_equal(getattr(state, name), arr), name

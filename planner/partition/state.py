@@ -52,6 +52,7 @@ class LoadState:
         self.ddr = np.zeros(hw.hosts, dtype=np.int64)
         self.ssd = np.zeros(hw.hosts, dtype=np.int64)
         self.host_of = np.arange(self.w) // self.g
+        self._world = np.arange(self.w)
         self.inter = np.zeros((self.w, 3))
         self.rate = np.zeros((hw.hosts, 3))
 
@@ -129,6 +130,32 @@ class LoadState:
                 self.ssd[h] -= group.ssd[0]
                 self.inter[r] -= group.inter[0]
                 self.rate[h] -= group.rate[0]
+            return
+        if (sign == 1 or sign == -1) and len(ranks) == self.w and ranks[0] == 0 and (
+                np.array_equal(ranks, self._world)):
+            # Piece i on rank i (data-parallel, row-wise): np.add.at's additions as whole-
+            # array ones (each GPU gets one addition; a - x is a + (-x) exactly). Each host's
+            # owner rates take its pieces one after another in rank order, as np.add.at adds
+            # them (floats: the order is kept); bytes are integers, exact in any order.
+            if sign == 1:
+                self.comp += group.comp
+                self.comm += group.comm
+                self.hbm += group.hbm
+                self.inter += group.inter
+            else:
+                self.comp -= group.comp
+                self.comm -= group.comm
+                self.hbm -= group.hbm
+                self.inter -= group.inter
+            hosts = self.hw.hosts
+            self.ddr += sign * group.ddr.reshape(hosts, self.g).sum(axis=1)
+            self.ssd += sign * group.ssd.reshape(hosts, self.g).sum(axis=1)
+            rate = group.rate.reshape(hosts, self.g, 3)
+            for j in range(self.g):
+                if sign == 1:
+                    self.rate += rate[:, j]
+                else:
+                    self.rate -= rate[:, j]
             return
         np.add.at(self.comp, ranks, sign * group.comp)
         np.add.at(self.comm, ranks, sign * group.comm)
