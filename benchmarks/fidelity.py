@@ -7,7 +7,8 @@ smaller batch, same pieces) on CPU ranks (gloo) of this machine, measured as `pl
 --compare` measures (planner/executor/compare.py): per rank and phase, compute as the rank
 thread's own CPU time (one thread per rank, pinned), the median over the timed steps,
 collectives as wall time after an untimed barrier, their lower quartile; each plan executed
-EXECUTIONS times, the median execution reported. For each plan: predicted and measured step
+EXECUTIONS times, in rounds that run every plan once (a slow spell of the machine falls on
+all plans alike), the median execution reported. For each plan: predicted and measured step
 time (the slowest rank's sum over the compared phases), the per-rank/phase errors, Spearman
 over ranks, and whether the predicted slowest rank is the measured slowest; across plans:
 Spearman between predicted and measured step time, the median |error| per rank and phase, the
@@ -193,21 +194,40 @@ def torchrec_priced(p: Plan, name: str) -> Plan | str:
 
 
 def run_plan(name: str, p: Plan, referee: Plan | str | None = None) -> dict[str, Any]:
-    """The plan executed EXECUTIONS times; the execution whose measured step (collectives in
-    wall time) is the median of them is reported, every figure from that one. `referee`:
-    the same scaled plan priced by TorchRec's estimator (torchrec_priced), compared with
-    the same measurements (no whole-call correction: that is the analytic model's)."""
+    """The plan executed EXECUTIONS times in a row, reported as `reported` reports."""
+    return run_rounds([(name, p, referee)])[0]
+
+
+def run_rounds(items: list[tuple[str, Plan, Plan | str | None]]) -> list[dict[str, Any]]:
+    """Every (name, plan, referee) executed EXECUTIONS times, in rounds: each round runs
+    every plan once, in order, so a slow spell of this shared machine (minutes long) falls
+    on every plan alike instead of on the few that ran during it, and the plans' order is
+    kept. Each plan is reported by `reported`."""
+    warm = [warmup_for(p, *PLANS[n][6:8]) for n, p, _ in items]
+    reps: list[list[ExecutionReport]] = [[] for _ in items]
+    took = [0.0] * len(items)
+    for _ in range(EXECUTIONS):
+        for i, (n, p, _) in enumerate(items):
+            t0 = time.perf_counter()
+            reps[i].append(timed_execution(p, *PLANS[n][6:8], warm[i]))
+            took[i] += time.perf_counter() - t0
+    return [reported(p, reps[i], took[i], warm[i], referee)
+            for i, (_, p, referee) in enumerate(items)]
+
+
+def reported(p: Plan, reps: list[ExecutionReport], run_s: float, warm: int,
+             referee: Plan | str | None = None) -> dict[str, Any]:
+    """Of a plan's executions, the one whose measured step (collectives in wall time) is
+    the median; every figure from that one. `referee`: the same scaled plan priced by
+    TorchRec's estimator (torchrec_priced), compared with the same measurements (no
+    whole-call correction: that is the analytic model's)."""
     from planner.executor.compare import compare
 
-    _, _, _, _, _, _, scale, batch = PLANS[name]
-    warm = warmup_for(p, scale, batch)
-    t0 = time.perf_counter()
-    reps = [timed_execution(p, scale, batch, warm) for _ in range(EXECUTIONS)]
     steps = [r.compare["plan"]["measured_step_s"] for r in reps]
     rep = reps[sorted(range(len(reps)), key=lambda i: steps[i])[len(reps) // 2]]
     hit = next((ch for ch in rep.checks if ch.name.startswith("cache hit rate")), None)
     out: dict[str, Any] = {
-        "run_s": time.perf_counter() - t0, "warmup_steps": warm,
+        "run_s": run_s, "warmup_steps": warm,
         "executions_measured_step_s": steps,
         "by_clock": {"wall": rep.compare, "cpu": rep.compare_cpu},
         "hit_rate_check": None if hit is None else {"ok": hit.ok, "detail": hit.detail},
@@ -315,19 +335,26 @@ def run_set(hardware: dict[str, Any], tag: str, names: list[str], runs: int
     run_plan(names[0], plans[names[0]][0])
     # The same runs priced by TorchRec's estimator too: a referee of the two cost models.
     referees = {n: torchrec_priced(plans[n][0], n) for n in names}
+    # Each pipelined plan runs beside its sequential twin (the same layout run in turn).
+    twins = {n: sequential_twin(plans[n][0]) for n in names if n in PIPELINED}
+    items = [(n, plans[n][0], referees[n]) for n in names]
+    items += [(n, twins[n], None) for n in names if n in twins]
     for i in range(runs):
         res = {}
+        done = run_rounds(items)
+        by_name = dict(zip(names, done[:len(names)], strict=True))
+        twin_of = dict(zip([n for n in names if n in twins], done[len(names):], strict=True))
         for n in names:
             p, path = plans[n]
-            r = run_plan(n, p, referees[n])
+            r = by_name[n]
             r.update(plan_file=str(path.relative_to(RESULTS.parent.parent)),
                      plan_hash=p.plan_hash,
                      kinds=sorted({f"{t.sharding_type.value}/{t.tier.value}"
                                    for t in p.tables}),
                      solver=PLANS[n][3], hosts=PLANS[n][1], gpus_per_host=PLANS[n][2],
                      scale_rows=PLANS[n][6], batch=PLANS[n][7], fixture=PLANS[n][0])
-            if n in PIPELINED:
-                twin = run_plan(n, sequential_twin(p))
+            if n in twins:
+                twin = twin_of[n]
                 r["sequential_twin"] = {c: {k: twin["by_clock"][c]["plan"][k] for k in
                                             ("predicted_step_s", "measured_step_s")}
                                         for c in CLOCKS}
@@ -392,7 +419,8 @@ def markdown(body: dict[str, Any]) -> str:
         "median, collectives as wall time after an untimed barrier and their lower "
         f"quartile, over {TIMED_STEPS} timed steps (run after {STEPS} measured ones, the "
         "memory probe stopped), each rank pinned to a core of its own (gloo's threads "
-        f"with it); each plan executed {EXECUTIONS} times per run, the "
+        f"with it); each plan executed {EXECUTIONS} times per run, in rounds that run "
+        "every plan (and each pipelined plan's sequential twin) once, the "
         "execution with the median step reported; a plan's step time is its slowest "
         "rank's sum over the compared phases (a pipelined plan's, `_pipe`: its phases but "
         "the input all-to-all, which ran on the input lane beside the previous step, plus "
