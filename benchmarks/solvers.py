@@ -5,7 +5,7 @@ For each multi-host case (fixtures on 2, 4 and 16 hosts of the `h100` preset) th
 heuristic (`greedy` + local search, as `plan()` does), then each CP-SAT mode from that start
 with a budget of BUDGET deterministic seconds: the step time of its plan and the lower bound
 it proves (the simple bound where a mode proves none), all under the same cost model. The
-policy in `planner.planning._solve` is read off this table.
+policy in `planner.partition.pipeline.improve` is read off this table.
 
 Usage (from the repo root):
     PYTHONPATH=. python -m benchmarks.solvers
@@ -29,7 +29,8 @@ from planner.partition.cpsat import (
     solve_exact,
 )
 from planner.partition.hierarchical import host_model_size, solve_hierarchical
-from planner.planning import _best_start, candidates_for, resolve
+from planner.partition.pipeline import best_start
+from planner.planning import candidates_for, resolve
 from planner.presets import fixture_text
 from planner.problem import build_problem
 
@@ -47,7 +48,7 @@ def run_case(fixture: str, hosts: int) -> dict[str, Any]:
     problem = build_problem(req)
     cands, _ = candidates_for(problem)
     bound = lower_bound(problem, cands)
-    start = _best_start(problem, cands, bound)
+    start = best_start(problem, cands, bound)
     start_s = makespan(problem, start.choices)
     row: dict[str, Any] = {"fixture": fixture, "hosts": hosts, "heuristic_s": start_s,
                            "simple_bound_s": bound.value_s,

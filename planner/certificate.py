@@ -30,8 +30,8 @@ from planner.plan_build import analytic_value, bound_note
 from planner.plan_model import BoundCertificate, Plan
 from planner.problem import Problem
 
-# "optimal" is proven to within this (planning.PROVEN_TOL), and a claimed bound is re-proven
-# to within it: T < claimed x (1 - PROOF_TOL) must be infeasible.
+# "optimal" is proven to within this (the SearchPolicy's proven_tol), and a claimed bound is
+# re-proven to within it: T < claimed x (1 - PROOF_TOL) must be infeasible.
 PROOF_TOL = 1e-4
 # Integer resolution of the re-proof: the claim is this many units. Rounding loses less than
 # a unit per term, so up to PROOF_TOL x _UNITS = 10,000 terms per GPU stay within tolerance.

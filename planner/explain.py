@@ -419,7 +419,7 @@ def explain_table(plan: Plan, table: str, problem: Problem | None = None,
     own = own_set[t.index]
     chosen_key = _plan_key(tp)
     if chosen_key not in {_cand_key(c) for c in own} and not slow:
-        # the planner may have fallen back to every tier (planning._start)
+        # the planner may have fallen back to every tier (pipeline.heuristic)
         cands_all, slow = candidates_for(problem, slow=True)
         own = cands_all[t.index]
     available = {_cand_key(c): c for c in own}

@@ -19,11 +19,13 @@ them with every tier on and nothing dropped for not fitting):
 every "infeasible" answer.
 """
 
+import logging
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
 from planner.candidates import Candidate, Scope, enumerate_candidates, least_bytes
+from planner.errors import InfeasibleError
 from planner.problem import Problem, TableInfo
 
 CertificateKind = Literal["step-buffers", "no-allowed-shape", "table", "pinned-set", "cluster",
@@ -252,3 +254,15 @@ def verify_certificate(problem: Problem, cert: InfeasibilityCertificate,
             cert.short_bytes <= 0 or cert.short_bytes != cert.need_bytes - cert.have_bytes):
         errs.append(f"short_bytes {cert.short_bytes} is not need - have > 0")
     return errs
+
+
+def infeasible_error(problem: Problem, cert: InfeasibilityCertificate | None = None
+                     ) -> InfeasibleError:
+    """The answer "infeasible", with its certificate (a capacity argument when none given)."""
+    cert = cert or capacity_certificate(problem)
+    if cert is None:  # the callers only get here when a capacity argument holds
+        raise AssertionError("infeasible without a certificate")
+    logging.getLogger("planner").info("infeasible: %s", describe(cert))
+    return InfeasibleError(reason=describe(cert), table=cert.table, cap=cert.cap,
+                           short_bytes=cert.short_bytes if cert.kind != "cp-sat" else None,
+                           certificate=cert.model_dump(mode="json"))

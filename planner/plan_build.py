@@ -281,7 +281,7 @@ def analytic_value(b: LowerBound) -> float:
 def certificate_of(bound: LowerBound, problem: Problem, candidates: str | None = None,
                    model: str | None = None) -> BoundCertificate:
     """The certificate of a bound: analytic unless a solver's bound is the tighter one.
-    `model` defaults to the one planning._solve uses for this many hosts (flat up to 2)."""
+    `model` defaults to the one pipeline.improve uses for this many hosts (flat up to 2)."""
     analytic = analytic_value(bound)
     if bound.solver_s <= 0:
         return BoundCertificate(kind="analytic", candidates=candidates, analytic_s=analytic)

@@ -170,9 +170,9 @@ def test_progress_shows_incumbent_and_bound_on_a_terminal_only() -> None:
 
 
 def test_small_exact_model_on_many_hosts_proves_optimal() -> None:
-    """deeprecsys_rm3 on 4 hosts: the flat exact model is small (_FLAT_ANY_HOSTS_VARS), so it
-    runs instead of the hierarchical one and proves the plan optimal; the checker re-proves
-    the bound from the request alone."""
+    """deeprecsys_rm3 on 4 hosts: the flat exact model is small (the policy's
+    flat_any_hosts_vars), so it runs instead of the hierarchical one and proves the plan
+    optimal; the checker re-proves the bound from the request alone."""
     p = plan({"model": "deeprecsys_rm3", "hardware": {"preset": "h100", "hosts": 4}})
     assert p.summary.status == "optimal"
     assert p.summary.lower_bound_s >= p.summary.step_time_s * (1 - 1e-4)

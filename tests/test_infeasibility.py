@@ -109,10 +109,10 @@ def test_pinned_set_certificate() -> None:
 
 
 def test_no_plan_found_is_not_infeasible(monkeypatch: pytest.MonkeyPatch) -> None:
-    import planner.planning as planning
+    import planner.partition.pipeline as pipeline
 
     req = _request(_tables([3, 3, 3]), cap_units=5)
-    monkeypatch.setattr(planning, "cpsat_feasible", lambda *a, **k: ("unknown", None, 9))
+    monkeypatch.setattr(pipeline, "cpsat_feasible", lambda *a, **k: ("unknown", None, 9))
     with pytest.raises(NoPlanFoundError) as err:
         plan(req)
     assert "memory-first packing" in err.value.reason and "unknown" in err.value.reason

@@ -13,6 +13,7 @@ from planner.candidates import Group
 from planner.partition.greedy import greedy
 from planner.partition.local_search import LocalSearch, local_search
 from planner.partition.lp_start import lp_start, relaxed_choices
+from planner.partition.policy import DEFAULT_POLICY
 from planner.partition.state import LoadState
 from planner.planning import build_problem, candidates_for, resolve
 from planner.presets import fixture_text
@@ -59,7 +60,8 @@ def test_greedy_bound_changes_nothing(monkeypatch, name, hosts, pipelined, pins)
 def test_move_screen_changes_nothing(monkeypatch, name, hosts, pipelined, pins) -> None:
     problem, cands, bound = _setup(name, hosts, pipelined, pins)
     starts = [greedy(problem, cands, bound.prices)]
-    for fill, choice in relaxed_choices(problem, cands, bound.value_s):
+    for fill, choice in relaxed_choices(problem, cands, bound.value_s,
+                                        DEFAULT_POLICY.relaxation_fills):
         start = lp_start(problem, cands, choice, fill=fill)
         if start is not None:
             starts.append(start)

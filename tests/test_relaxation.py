@@ -3,6 +3,8 @@ solved by another solver with other arithmetic (SciPy's HiGHS on the flat candid
 no memory price found by a grid beats its prices, and where memory binds its choices give
 a start that fits and beats the memory-blind greedy."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -14,6 +16,7 @@ from planner.bounds import _dual, lagrangian_bound, lower_bound
 from planner.partition.cpsat import makespan
 from planner.partition.greedy import greedy
 from planner.partition.lp_start import lp_start, relaxed_choices
+from planner.partition.policy import DEFAULT_POLICY
 from planner.planning import build_problem, candidates_for, resolve
 from planner.presets import preset_dict
 from planner.relaxation import candidate_matrix, cluster_caps, memory_matrix
@@ -80,7 +83,8 @@ def test_relaxed_start_fits_where_memory_binds() -> None:
     problem, cands = _setup(CASES[0])
     bound = lower_bound(problem, cands)
     starts = []
-    for fill, choice in relaxed_choices(problem, cands, bound.value_s):
+    for fill, choice in relaxed_choices(problem, cands, bound.value_s,
+                                        DEFAULT_POLICY.relaxation_fills):
         start = lp_start(problem, cands, choice, fill=fill)
         if start is not None:
             starts.append((fill, makespan(problem, start.choices)))
@@ -95,7 +99,8 @@ def test_smaller_pieces_mend_the_owner_side(monkeypatch) -> None:
     smaller-piece relaxations give a faster plan, and planning without them a slower one."""
     request = {"model": "hugectr_200", "hardware": {"preset": "h100", "hosts": 4}}
     with_shares = plan(request)
-    monkeypatch.setattr(planning, "PIECE_SHARES", (1.0,))
+    monkeypatch.setattr(planning, "DEFAULT_POLICY",
+                        dataclasses.replace(planning.DEFAULT_POLICY, piece_shares=(1.0,)))
     without = plan(request)
     assert with_shares.summary.step_time_s < without.summary.step_time_s * 0.97
     assert "pieces up to" in " ".join(with_shares.summary.decisions)

@@ -3,9 +3,10 @@
 The relaxation (planner/relaxation.py) chooses candidates against the cluster's memory
 summed over GPUs and hosts; where memory binds, its choice fills HBM and DDR to the byte and
 rarely packs into per-GPU and per-host caps. So the choice is taken at several fills of the
-caps, fullest first (RELAXATION_FILLS): zionex_12t on 4 h100 hosts, where the relaxation
-fills HBM and DDR, gives no plan at 1.0 and 97.0 ms at 0.97 after local search (bound
-93.6 ms; the greedy's plan was 232.4 ms); on 16 hosts 0.88 packs best.
+caps, fullest first (the policy's `relaxation_fills`, partition/policy.py): zionex_12t on
+4 h100 hosts, where the relaxation fills HBM and DDR, gives no plan at 1.0 and 97.0 ms at
+0.97 after local search (bound 93.6 ms; the greedy's plan was 232.4 ms); on 16 hosts 0.88
+packs best.
 
 The start: each table takes its chosen candidate; data-parallel and other world-scope tables
 go first, since they need room on every GPU; then the rest largest first, each onto the least
@@ -28,16 +29,6 @@ from planner.relaxation import (
     memory_matrix,
     solve_relaxation,
 )
-
-# Shares of the cluster's HBM, DDR and SSD the relaxation may fill, fullest first.
-RELAXATION_FILLS = (1.0, 0.97, 0.93, 0.88, 0.8)
-# On several hosts, the largest piece the relaxation may choose, as shares of the bound. The
-# relaxation prices work only, and whole tables carry the least; but a GPU holding one large
-# compute-heavy piece sends few pooled vectors and waits on the owner side of the
-# all-to-alls, which smaller pieces let the placement mix away (hugectr_200 x 4 h100 hosts:
-# 35.36 ms with pieces up to the bound, 32.51 with pieces up to 0.6 of it; hugectr_510 x 4
-# 47.74 -> 45.69 at 0.35).
-PIECE_SHARES = (1.0, 0.6, 0.45, 0.35, 0.25)
 
 
 @dataclass(frozen=True)
@@ -68,13 +59,13 @@ class Relaxer:
         return RelaxedChoice([int(i) for i in relaxed.choice], bool(relaxed.prices.any()))
 
 
-def relaxed_choices(problem: Problem, cands: list[list[Candidate]], max_piece_s: float
-                    ) -> Iterator[tuple[float, list[int]]]:
-    """(fill, choice) of the relaxation at each of RELAXATION_FILLS, pieces up to
+def relaxed_choices(problem: Problem, cands: list[list[Candidate]], max_piece_s: float,
+                    fills: tuple[float, ...]) -> Iterator[tuple[float, list[int]]]:
+    """(fill, choice) of the relaxation at each of `fills` (fullest first), pieces up to
     `max_piece_s`. Stops once memory no longer binds: a smaller fill then gives the same
     choice."""
     relaxer = Relaxer(problem, cands)
-    for fill in RELAXATION_FILLS:
+    for fill in fills:
         relaxed = relaxer.choose(max_piece_s, fill)
         if relaxed is None:
             return
