@@ -115,9 +115,6 @@ def _sync_of(device: torch.device) -> Callable[[], None]:
 
 # An all-reduce bucket of 1 table, and the same rows as 8 tables: a call's cost per table.
 ALLREDUCE_TABLES = (1, 8)
-# Pieces per simulated rank step in the kernel microbenchmarks (bench_kernels): the
-# fidelity benchmark's scaled plans hold 4-13 pieces a rank.
-STEP_PIECES = 4
 
 
 def bench_kernels(cfg: BenchConfig, device: torch.device, out: Measurements,
@@ -162,41 +159,38 @@ def bench_kernels(cfg: BenchConfig, device: torch.device, out: Measurements,
     # (A store's four shapes in a row ran the last three on the rows the first had just
     # read: 4.6x faster per call at 256 ids than the first, here.)
     order = sorted(range(len(cases)), key=lambda i: (cases[i][3], cases[i][4], i))
-    # In steps of STEP_PIECES shapes, as a rank's step runs its pieces: their lookups, then
-    # (after the all-to-alls) their backwards in the same order, so a piece's backward does
-    # not run on the rows its own lookup has just read, and the next step's lookups follow
-    # backwards, not a long run of other lookups.
-    steps = [order[k:k + STEP_PIECES] for k in range(0, len(order), STEP_PIECES)]
     for rep in range(cfg.reps + 1):  # the first untimed
-        for step in steps:
-            bags: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
-            for i in step:
-                rows, _dim, _opt, pooling, batch, store, _row, lengths, _grad = cases[i]
-                ids = torch.randint(0, rows, (batch * pooling,), generator=gen).to(device)
-                sync()
-                t0 = clock()
-                offsets = kernels.bag_offsets(lengths)
-                store.pool(ids, offsets)
-                sync()
-                t1 = clock()
-                bags[i] = (ids, offsets)
-                if rep:
-                    t_look[i].append(t1 - t0)
-            for i in step:
-                _rows, _dim, opt, _pooling, _batch, store, _row, _lengths, grad = cases[i]
-                ids, offsets = bags[i]
-                sync()
-                t1 = clock()
-                uniq, g = kernels.row_grads_bags(ids, offsets, grad)
-                store.update(uniq, lambda w_, s_, g=g, o=opt: kernels.apply_optimizer(
-                    o, cfg_o, w_, s_, g, 1))
-                sync()
-                t2 = clock()
-                if rep:
-                    t_back[i].append(t2 - t1)
-                    uniq_n[i].append(int(uniq.numel()))
-                if rep == cfg.reps:
-                    tick()
+        # A rank's step: every piece's lookup, then (after the all-to-alls) every piece's
+        # backward, in the same order; a piece's backward does not run on the rows its
+        # own lookup has just read.
+        bags: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        for i in order:
+            rows, _dim, _opt, pooling, batch, store, _row, lengths, _grad = cases[i]
+            ids = torch.randint(0, rows, (batch * pooling,), generator=gen).to(device)
+            sync()
+            t0 = clock()
+            offsets = kernels.bag_offsets(lengths)
+            store.pool(ids, offsets)
+            sync()
+            t1 = clock()
+            bags[i] = (ids, offsets)
+            if rep:
+                t_look[i].append(t1 - t0)
+        for i in order:
+            _rows, _dim, opt, _pooling, _batch, store, _row, _lengths, grad = cases[i]
+            ids, offsets = bags[i]
+            sync()
+            t1 = clock()
+            uniq, g = kernels.row_grads_bags(ids, offsets, grad)
+            store.update(uniq, lambda w_, s_, g=g, o=opt: kernels.apply_optimizer(
+                o, cfg_o, w_, s_, g, 1))
+            sync()
+            t2 = clock()
+            if rep:
+                t_back[i].append(t2 - t1)
+                uniq_n[i].append(int(uniq.numel()))
+            if rep == cfg.reps:
+                tick()
     for i, (rows, dim, opt, pooling, batch, _store, row, _lengths, _grad) in enumerate(cases):
         n = batch * pooling
         if opt is cfg.optimizers[0]:
