@@ -16,9 +16,10 @@ per-geometry caches warm, which a launcher that plans once per job never does, s
 targets are judged on the first (cold) call. The same runs' CPU
 seconds (time.process_time) are recorded beside the wall clock: on a machine other jobs load,
 the wall clock inflates and the CPU time much less. Stage times come from wrapping the
-functions `planner.planning` calls (resolve, build_problem, candidates_for, lower_bound,
-greedy, lp_start, local_search, makespan, improve (CP-SAT), layout_of, build_plan) with
-timers, so the stages are measured inside the very `plan()` calls that give the total.
+functions `planner.planning` and its partition pipeline call (resolve, build_problem,
+candidates_for, lower_bound, greedy, lp_start, local_search, makespan, improve (CP-SAT),
+layout_of, build_plan) with timers, so the stages are measured inside the very `plan()`
+calls that give the total.
 
 Usage (from the repo root):
     PYTHONPATH=. python -m benchmarks.plan_time            # all 10 cases, writes results

@@ -44,7 +44,7 @@ def greedy(problem: Problem, cands: list[list[Candidate]],
            prices: tuple[float, float, float], owner_side: bool = False,
            spread_hosts: bool = False) -> Assignment:
     """`owner_side`: score half-built plans with the all-to-alls' owner side too (helps on
-    some multi-host instances, hurts on others; planning.py tries both on small ones)."""
+    some multi-host instances, hurts on others; the pipeline tries both on small ones)."""
     last_error: InfeasibleError | None = None
     for factor in _PRICE_ESCALATION:
         lam = np.array(prices) * factor

@@ -76,8 +76,8 @@ class LocalSearch:
         self.cands = cands
         # Its own copy: moves re-place pieces in it, and the caller's assignment stays as it
         # was given.
-        self.choices = [TableChoice(ch.cand, [np.array(r, copy=True) for r in ch.ranks])
-                        for ch in assignment.choices]
+        # (Moves replace a group's ranks array, never write into one: new lists suffice.)
+        self.choices = [TableChoice(ch.cand, list(ch.ranks)) for ch in assignment.choices]
         self.assignment = assignment
         self.state = LoadState.of_choices(problem, self.choices)
         self.masks = [allowed_mask(problem, t) for t in range(len(problem.tables))]

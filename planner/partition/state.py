@@ -202,7 +202,7 @@ class LoadState:
         the least loaded host: the largest pieces spread over the hosts instead of filling
         host 0, whose GPUs would then send too small a share of the outputs and wait on the
         owner side of the all-to-alls (hugectr_200 x 4 hosts: 36.29 -> 35.36 ms; worse on
-        some 16-host cases, so planning.py keeps the better of the two)."""
+        some 16-host cases, so pipeline.best_start keeps the better of the two)."""
         tied = np.flatnonzero(new == new[best])
         if len(tied) < 2:
             return best
