@@ -26,7 +26,7 @@ from planner.problem import Problem
 log = logging.getLogger("planner.cpsat")
 
 # Integer resolution: the start's makespan is this many units (see cpsat_model for rounding).
-_UNITS_PER_MAKESPAN = 10_000_000
+UNITS_PER_MAKESPAN = 10_000_000
 # The wall clock only stops a solve that runs far past its deterministic budget (a loaded
 # 2-core machine took 13 s of wall time for 0.8 deterministic s); if it ever binds, the plan
 # says so, since it is then not reproducible.
@@ -72,7 +72,7 @@ def makespan(problem: Problem, choices: list[TableChoice]) -> float:
     return float(state.load().max())
 
 
-def _hit_wall(solver: cp_model.CpSolver) -> bool:
+def hit_wall(solver: cp_model.CpSolver) -> bool:
     return solver.wall_time >= solver.parameters.max_time_in_seconds * 0.99
 
 
@@ -148,7 +148,7 @@ def solve_exact(problem: Problem, cands: list[list[Candidate]], start: Assignmen
                  size, EXACT_MAX_VARS)
         return None
     start_s = makespan(problem, start.choices)
-    unit = max(start_s, 1e-12) / _UNITS_PER_MAKESPAN
+    unit = max(start_s, 1e-12) / UNITS_PER_MAKESPAN
     model = PartitionModel(problem, cands, list(range(len(cands))),
                            np.ones(hw.world_size, dtype=bool),
                            LoadState.empty(problem), unit, allow_world=True)
@@ -170,7 +170,7 @@ def solve_exact(problem: Problem, cands: list[list[Candidate]], start: Assignmen
         return SolveResult(start, f"internal error in the exact model ({err}): kept the "
                                   "heuristic plan", None, det, [])
     choices = [chosen[t] for t in range(len(cands))]
-    if _hit_wall(solver):
+    if hit_wall(solver):
         label = "feasible (stopped by the wall-clock safety limit: not reproducible)"
     elif status == cp_model.OPTIMAL:
         label = "optimal"
@@ -223,7 +223,7 @@ def repack(problem: Problem, cands: list[list[Candidate]], start: Assignment,
             for grp, ranks in zip(choices[t].cand.groups, choices[t].ranks, strict=True):
                 base.apply(grp, ranks, -1)
         local_before = float(state.load()[scope].max())
-        unit = max(local_before, 1e-12) / _UNITS_PER_MAKESPAN
+        unit = max(local_before, 1e-12) / UNITS_PER_MAKESPAN
         model = PartitionModel(problem, cands, free, scope, base, unit, allow_world=False)
         model.hint({t: choices[t] for t in free})
         solver = solver_params(_ROUND_BUDGET, seed + rounds)

@@ -24,11 +24,11 @@ from cost_models import step_time
 from planner.candidates import Candidate, Group, Scope
 from planner.partition.assignment import Assignment, TableChoice
 from planner.partition.cpsat import (
-    _UNITS_PER_MAKESPAN,
+    UNITS_PER_MAKESPAN,
     Progress,
     ProgressFn,
     SolveResult,
-    _hit_wall,
+    hit_wall,
     makespan,
     solver_params,
 )
@@ -274,7 +274,7 @@ def solve_hierarchical(problem: Problem, cands: list[list[Candidate]], start: As
     bound (valid for every plan in the candidate space)."""
     hw = problem.hw
     start_s = makespan(problem, start.choices)
-    unit = max(start_s, 1e-12) / _UNITS_PER_MAKESPAN
+    unit = max(start_s, 1e-12) / UNITS_PER_MAKESPAN
     level1 = HostModel(problem, cands, unit)
     level1.hint(start.choices)
     s1 = solver_params(budget * _LEVEL1_SHARE, seed)
@@ -284,7 +284,7 @@ def solve_hierarchical(problem: Problem, cands: list[list[Candidate]], start: As
         return SolveResult(start, "hierarchical: no host assignment within the limit", None,
                            round(det, 6), [])
     bound = max(s1.best_objective_bound, 0.0) * unit
-    proved = status == cp_model.OPTIMAL and not _hit_wall(s1)
+    proved = status == cp_model.OPTIMAL and not hit_wall(s1)
     chosen, hosts = level1.extract(s1)
     level2 = PartitionModel(problem, chosen, list(range(len(chosen))),
                             np.ones(hw.world_size, dtype=bool), LoadState.empty(problem),
