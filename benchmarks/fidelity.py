@@ -338,12 +338,12 @@ def run_set(hardware: dict[str, Any], tag: str, names: list[str], runs: int
     # Each pipelined plan runs beside its sequential twin (the same layout run in turn).
     twins = {n: sequential_twin(plans[n][0]) for n in names if n in PIPELINED}
     items = [(n, plans[n][0], referees[n]) for n in names]
-    items += [(n, twins[n], None) for n in names if n in twins]
+    items += [(n, twin, None) for n, twin in twins.items()]
     for i in range(runs):
         res = {}
         done = run_rounds(items)
         by_name = dict(zip(names, done[:len(names)], strict=True))
-        twin_of = dict(zip([n for n in names if n in twins], done[len(names):], strict=True))
+        twin_of = dict(zip(twins, done[len(names):], strict=True))
         for n in names:
             p, path = plans[n]
             r = by_name[n]

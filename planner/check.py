@@ -225,10 +225,10 @@ def check_plan(plan: Plan, strict: bool = False, proof_budget: float | None = No
         for r in range(w):
             costs[r] = (costs[r] or CostBreakdown()) + CostBreakdown(input_a2a=2 * call,
                                                                      output_a2a=4 * call)
-    elif not steps and problem.estimator.fixed() != CostBreakdown():
+    elif not steps and (own := problem.estimator.fixed()) != CostBreakdown():
         # An estimator with fixed seconds of its own: taken as it states them.
         for r in range(w):
-            costs[r] = (costs[r] or CostBreakdown()) + problem.estimator.fixed()
+            costs[r] = (costs[r] or CostBreakdown()) + own
     step = _figures(plan, problem.hw, problem.hbm_cap_reported, hbm, buffers, ddr_gpu,
                     ssd_gpu, pieces, costs, rep)
     if step is not None:

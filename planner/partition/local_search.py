@@ -74,9 +74,8 @@ class LocalSearch:
                  assignment: Assignment) -> None:
         self.p = problem
         self.cands = cands
-        # Its own copy: moves re-place pieces in it, and the caller's assignment stays as it
-        # was given.
-        # (Moves replace a group's ranks array, never write into one: new lists suffice.)
+        # Its own lists, so the caller's assignment stays as given (moves replace a group's
+        # ranks array and never write into one).
         self.choices = [TableChoice(ch.cand, list(ch.ranks)) for ch in assignment.choices]
         self.assignment = assignment
         self.state = LoadState.of_choices(problem, self.choices)

@@ -163,11 +163,11 @@ def best_start(problem: Problem, cands: list[list[Candidate]], bound: LowerBound
 def _starts(problem: Problem, cands: list[list[Candidate]], bound: LowerBound,
             spread: bool, policy: SearchPolicy) -> tuple[Assignment, float]:
     """Local search from several deterministic starts, keep the best: the candidate-choosing
-    greedy; on up to policy.small_tables tables also a table-wise-only LPT (the ZionEX-style start,
-    which wins on few, evenly sized tables) and, on several hosts, the greedy that scores the
-    all-to-alls' owner side while it builds (better on some multi-host instances). Returns
-    the best plan and the memory fill of the relaxation it grew from (the first fill when it
-    did not grow from one)."""
+    greedy; on up to the policy's small_tables tables also a table-wise-only LPT (the
+    ZionEX-style start, which wins on few, evenly sized tables) and, on several hosts, the
+    greedy that scores the all-to-alls' owner side while it builds (better on some
+    multi-host instances). Returns the best plan and the memory fill of the relaxation it
+    grew from (the first fill when it did not grow from one)."""
     steps = policy.steps(len(cands))
     try:
         best = local_search(problem, cands,
@@ -240,11 +240,10 @@ def heuristic(problem: Problem, cands: list[list[Candidate]], slow: bool, bound:
     cert = capacity_certificate(problem)
     if cert is not None:
         raise infeasible_error(problem, cert)
-    opts = options
     # The optimisation budget may be too small to settle feasibility (one tight-pins instance
     # needed 0.61 det s); "no plan" is answered only after at least FEASIBILITY_MIN_S.
-    budget = max(opts.time_limit_s, FEASIBILITY_MIN_S)
-    status, found_cp, size = cpsat_feasible(problem, cands, budget, opts.seed)
+    budget = max(options.time_limit_s, FEASIBILITY_MIN_S)
+    status, found_cp, size = cpsat_feasible(problem, cands, budget, options.seed)
     if found_cp is not None:
         return local_search(problem, cands, found_cp, steps), cands, slow, bound
     if status == "infeasible":
@@ -272,19 +271,18 @@ def improve(problem: Problem, cands: list[list[Candidate]], bound: LowerBound,
       bound, then the re-pack with the rest of the budget;
     The result is never worse than `start`. Returns it (None: CP-SAT did not run) and the
     notes on why it did not run, for the plan's decisions (`start` is left as it is)."""
-    opts = options
-    if opts.solver == "greedy":
+    if options.solver == "greedy":
         return None, []
     gap = makespan(problem, start.choices) / bound.value_s - 1 if bound.value_s > 0 else 0.0
-    if opts.solver == "auto" and gap <= policy.auto_gap:
+    if options.solver == "auto" and gap <= policy.auto_gap:
         return None, [f"heuristic plan within {policy.auto_gap:.1%} of the bound: CP-SAT "
                       "skipped"]
     size = exact_model_size(problem, cands) if flat else host_model_size(problem, cands)
-    if opts.solver == "auto" and size > policy.auto_max_vars:
+    if options.solver == "auto" and size > policy.auto_max_vars:
         return None, [f"CP-SAT model would have {size:,} variables (auto's limit "
                       f"{policy.auto_max_vars:,}): skipped; --solver ilp runs it"]
-    target = policy.auto_gap if opts.solver == "auto" else None
-    budget, seed = opts.time_limit_s, opts.seed
+    target = policy.auto_gap if options.solver == "auto" else None
+    budget, seed = options.time_limit_s, options.seed
     if flat:
         result = solve_exact(problem, cands, start, budget, seed, bound.value_s, target,
                              progress)

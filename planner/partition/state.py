@@ -137,25 +137,16 @@ class LoadState:
             # array ones (each GPU gets one addition; a - x is a + (-x) exactly). Each host's
             # owner rates take its pieces one after another in rank order, as np.add.at adds
             # them (floats: the order is kept); bytes are integers, exact in any order.
-            if sign == 1:
-                self.comp += group.comp
-                self.comm += group.comm
-                self.hbm += group.hbm
-                self.inter += group.inter
-            else:
-                self.comp -= group.comp
-                self.comm -= group.comm
-                self.hbm -= group.hbm
-                self.inter -= group.inter
+            op = np.add if sign == 1 else np.subtract
+            for mine, theirs in ((self.comp, group.comp), (self.comm, group.comm),
+                                 (self.hbm, group.hbm), (self.inter, group.inter)):
+                op(mine, theirs, out=mine)
             hosts = self.hw.hosts
-            self.ddr += sign * group.ddr.reshape(hosts, self.g).sum(axis=1)
-            self.ssd += sign * group.ssd.reshape(hosts, self.g).sum(axis=1)
+            op(self.ddr, group.ddr.reshape(hosts, self.g).sum(axis=1), out=self.ddr)
+            op(self.ssd, group.ssd.reshape(hosts, self.g).sum(axis=1), out=self.ssd)
             rate = group.rate.reshape(hosts, self.g, 3)
             for j in range(self.g):
-                if sign == 1:
-                    self.rate += rate[:, j]
-                else:
-                    self.rate -= rate[:, j]
+                op(self.rate, rate[:, j], out=self.rate)
             return
         np.add.at(self.comp, ranks, sign * group.comp)
         np.add.at(self.comm, ranks, sign * group.comm)
