@@ -30,7 +30,7 @@ import tempfile
 import time
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +69,9 @@ class BenchConfig:
     # late now and then): more repeats.
     collective_reps: int = 25
     seed: int = 0
+    # Ranks the kernel and host-tier microbenchmarks run in, each pinned and with a process
+    # group as the executor's ranks (1: in the calling process, no process group).
+    compute_ranks: int = 1
 
     @staticmethod
     def smoke() -> "BenchConfig":
@@ -117,8 +120,12 @@ def _sync_of(device: torch.device) -> Callable[[], None]:
 ALLREDUCE_TABLES = (1, 8)
 
 
+def _nothing() -> None:
+    return None
+
+
 def bench_kernels(cfg: BenchConfig, device: torch.device, out: Measurements,
-                  tick: Callable[[], None]) -> None:
+                  tick: Callable[[], None], between: Callable[[], None] = _nothing) -> None:
     """Lookups and backward updates of one piece, through the executor's store and kernels,
     as rank.py's step runs them: the bag offsets from the received lengths, then the store's
     fused pool; later the row gradients, then the store's update with the optimizer.
@@ -129,7 +136,8 @@ def bench_kernels(cfg: BenchConfig, device: torch.device, out: Measurements,
     shape over and over (four stores of it in turn) left the ranks 12-43% slower than the
     model in every phase (benchmarks/fidelity, 741b204); a store's shapes one after another,
     each backward right after its own lookup, left every phase predicted short by 10-47%
-    (92ae58f)."""
+    (92ae58f). `between` runs where a rank's step has its all-to-alls: before the lookups
+    and between them and the backward (_compute_rank: the rank's collectives)."""
     from planner.executor import kernels
     from planner.executor.store import DenseStore
 
@@ -164,6 +172,7 @@ def bench_kernels(cfg: BenchConfig, device: torch.device, out: Measurements,
         # backward, in the same order; a piece's backward does not run on the rows its
         # own lookup has just read.
         bags: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        between()  # the input all-to-all
         for i in order:
             rows, _dim, _opt, pooling, batch, store, _row, lengths, _grad = cases[i]
             ids = torch.randint(0, rows, (batch * pooling,), generator=gen).to(device)
@@ -176,6 +185,7 @@ def bench_kernels(cfg: BenchConfig, device: torch.device, out: Measurements,
             bags[i] = (ids, offsets)
             if rep:
                 t_look[i].append(t1 - t0)
+        between()  # the output all-to-alls
         for i in order:
             _rows, _dim, opt, _pooling, _batch, store, _row, _lengths, grad = cases[i]
             ids, offsets = bags[i]
@@ -232,7 +242,8 @@ def _host_traffic(rows: int, dim: int, pooling: int, batch: int, tier: Tier, rat
 
 
 def bench_host(cfg: BenchConfig, device: torch.device, out: Measurements,
-               tick: Callable[[], None], work_dir: Path) -> None:
+               tick: Callable[[], None], work_dir: Path,
+               between: Callable[[], None] = _nothing) -> None:
     """A ddr, hbm_cache or ssd piece's steps through the executor's stores, its host-memory
     work timed as rank.py times its `cache_miss` phase (comm.Timer, the same spans): the
     lookup (bag offsets, then the store's pool: a ddr or ssd piece's wholly on the host, an
@@ -242,7 +253,8 @@ def bench_host(cfg: BenchConfig, device: torch.device, out: Measurements,
     starts full, as in a rank's measured steps (warmup.py): an untimed step looks up as many
     distinct rows as it has slots (uniform ids: any rows are the steady state), then `warm`
     untimed steps. A cached piece's lookup phase (its probe and the pool of its hits, the
-    misses' host work taken out) is recorded too: the kernels fit prices its probe per id."""
+    misses' host work taken out) is recorded too: the kernels fit prices its probe per id.
+    `between`: as in bench_kernels, before each step's lookup and before its backward."""
     from contextlib import AbstractContextManager, nullcontext
 
     from planner.executor import kernels
@@ -292,10 +304,12 @@ def bench_host(cfg: BenchConfig, device: torch.device, out: Measurements,
                                     timer.reset()
                                 ids = torch.randint(0, rows, (n,), generator=gen).to(device)
                                 timer.new_step()
+                                between()
                                 with timer("lookup"):
                                     offsets = kernels.bag_offsets(lengths)
                                     with on_host():
                                         store.pool(ids, offsets)
+                                between()
                                 with timer("backward"):
                                     uniq, g = kernels.row_grads_bags(ids, offsets, grad)
                                     with on_host():
@@ -322,27 +336,119 @@ def bench_host(cfg: BenchConfig, device: torch.device, out: Measurements,
                             tick()
 
 
-def _collective_rank(rank: int, world: int, init_file: str, device_type: str,
-                     cfg: BenchConfig, q: Any) -> None:
-    """One rank: time every all-to-all size and all-reduce size; rank 0 reports the ranks'
-    mean of their figures (compare.collective_figure)."""
+def _rank_start(rank: int, world: int, init_file: str, device_type: str) -> torch.device:
+    """A benchmark rank started as worker.py starts an executor rank: one thread,
+    deterministic algorithms, pinned to a core of its own before the process group exists
+    (gloo's threads with it); returns its device."""
     import torch.distributed as dist
 
-    from planner.executor.comm import Comm, Heartbeat, Timer, pin_rank
-    from planner.executor.compare import collective_figure
+    from planner.executor.comm import pin_rank
 
     torch.set_num_threads(1)
-    torch.use_deterministic_algorithms(True)  # as a rank runs (worker.py)
-    backend = "nccl" if device_type == "cuda" else "gloo"
-    device = torch.device("cuda", rank) if device_type == "cuda" else torch.device("cpu")
+    torch.use_deterministic_algorithms(True)
     if device_type == "cpu":
-        pin_rank(rank, world)  # as the executor's CPU ranks run, gloo's threads with it
-    dist.init_process_group(backend, init_method=f"file://{init_file}", rank=rank,
-                            world_size=world)
+        pin_rank(rank, world)
+    dist.init_process_group("nccl" if device_type == "cuda" else "gloo",
+                            init_method=f"file://{init_file}", rank=rank, world_size=world)
+    return torch.device("cuda", rank) if device_type == "cuda" else torch.device("cpu")
+
+
+def _comm(rank: int, world: int, init_file: str, device: torch.device) -> Any:
+    from planner.executor.comm import Comm, Heartbeat
+
+    comm = Comm(rank, world, device, Heartbeat(Path(init_file).parent / f"heartbeat{rank}.txt"))
+    comm.settle = False  # as in the ranks' timed steps
+    return comm
+
+
+# Bytes per peer of each all-to-all a compute rank runs where a rank's step has its
+# all-to-alls (a scaled-down plan's ids or pooled vectors: tens of kB).
+STEP_A2A_BYTES = 65_536
+
+
+def _compute_rank(rank: int, world: int, init_file: str, device_type: str,
+                  cfg: BenchConfig, q: Any) -> None:
+    """One rank of the compute microbenchmarks: bench_kernels and bench_host with the rank's
+    all-to-alls between their lookups and backwards, as an executor rank runs its pieces.
+    Alone in a process, the same lookups ran 1.7-2.5x faster than beside a gloo process
+    group's all-to-alls (42 against 70-105 us for a 2,560-id lookup of a 4,000 x 32 table
+    on this 2-core machine, measured), and the ranks' lookups came out 39-57% over the
+    prediction (benchmarks/fidelity, 0547504)."""
+    import torch.distributed as dist
+
+    from planner.executor.comm import Timer
+
+    device = _rank_start(rank, world, init_file, device_type)
     try:
-        hb = Heartbeat(Path(init_file).parent / f"heartbeat{rank}.txt")
-        comm = Comm(rank, world, device, hb)
-        comm.settle = False  # as in the ranks' timed steps
+        comm = _comm(rank, world, init_file, device)
+        # An untimed barrier before each all-to-all, as in a rank's timed steps; nothing
+        # recorded (the timer has no step).
+        comm.timer = Timer(device, defaultdict(float))
+        send = [None if d == rank else torch.zeros(STEP_A2A_BYTES, dtype=torch.uint8)
+                for d in range(world)]
+
+        def between() -> None:
+            comm.alltoall("step", send, [STEP_A2A_BYTES] * world)
+
+        def tick() -> None:
+            if rank == 0:
+                q.put(("tick",))
+
+        m = Measurements()
+        mine = replace(cfg, seed=cfg.seed + 1009 * rank)  # each rank its own ids
+        with tempfile.TemporaryDirectory() as tmp:
+            bench_kernels(mine, device, m, tick, between)
+            bench_host(mine, device, m, tick, Path(tmp), between)
+        q.put(("done", rank, m))
+    finally:
+        dist.destroy_process_group()
+
+
+def _mean_points(per_rank: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Each point's numbers averaged over the ranks (every rank ran the same shapes in the
+    same order); labels and missing values are rank 0's."""
+    out = []
+    for pts in zip(*per_rank, strict=True):
+        point = dict(pts[0])
+        for k, v in point.items():
+            vals = [p[k] for p in pts]
+            if isinstance(v, float | int) and not isinstance(v, bool) and all(
+                    isinstance(x, float | int) for x in vals):
+                point[k] = statistics.fmean(vals)
+        out.append(point)
+    return out
+
+
+def bench_compute(cfg: BenchConfig, device_type: str, out: Measurements,
+                  tick: Callable[[], None]) -> None:
+    """bench_kernels and bench_host: in cfg.compute_ranks ranks with a process group and
+    all-to-alls between their phases, each point the ranks' mean (_compute_rank); with one
+    rank, in this process."""
+    if cfg.compute_ranks < 2:
+        device = torch.device("cuda", 0) if device_type == "cuda" else torch.device("cpu")
+        with tempfile.TemporaryDirectory() as tmp:
+            bench_kernels(cfg, device, out, tick)
+            bench_host(cfg, device, out, tick, Path(tmp))
+        return
+    ms: list[Measurements] = _in_ranks(cfg.compute_ranks, device_type, _compute_rank, cfg,
+                                       tick)
+    out.lookup += _mean_points([m.lookup for m in ms])
+    out.backward += _mean_points([m.backward for m in ms])
+    out.host += _mean_points([m.host for m in ms])
+
+
+def _collective_rank(rank: int, world: int, init_file: str, device_type: str,
+                     cfg: BenchConfig, q: Any) -> None:
+    """One rank: time every all-to-all size and all-reduce size, and report its figures
+    (compare.collective_figure)."""
+    import torch.distributed as dist
+
+    from planner.executor.comm import Timer
+    from planner.executor.compare import collective_figure
+
+    device = _rank_start(rank, world, init_file, device_type)
+    try:
+        comm = _comm(rank, world, init_file, device)
         # Timed as the ranks time a collective (comm.Timer): the wall time inside the
         # collective call itself, after an untimed barrier; not the packing around it.
         timer = Timer(device, defaultdict(float))
@@ -373,16 +479,10 @@ def _collective_rank(rank: int, world: int, init_file: str, device_type: str,
                     fn()
                 if rep:
                     walls[i].append(timer.steps[-1]["collective"].coll_wall)
-        figures = [collective_figure(w) for w in walls]
-        # The ranks' mean of their own figures: each rank times its own calls, as the
-        # executor's ranks do and as the model prices a GPU (the slowest rank's figure
-        # counts a peer's late exit from the barrier: twice the mean at 64 B, measured).
-        mean = torch.tensor(figures, dtype=torch.float64)
-        if device_type == "cuda":
-            mean = mean.to(device)
-        dist.all_reduce(mean, op=dist.ReduceOp.SUM)
-        if rank == 0:
-            q.put((mean / world).cpu().tolist())
+        # Each rank its own figures: the parent takes the ranks' mean, as the model prices a
+        # GPU by its own calls (the slowest rank's figure counts a peer's late exit from the
+        # barrier: twice the mean at 64 B, measured).
+        q.put(("done", rank, [collective_figure(w) for w in walls]))
     finally:
         dist.destroy_process_group()
 
@@ -390,49 +490,61 @@ def _collective_rank(rank: int, world: int, init_file: str, device_type: str,
 COLLECTIVE_ROUNDS = 3
 
 
-def _collective_round(ctx: Any, world: int, device_type: str, cfg: BenchConfig
-                      ) -> list[float]:
-    """One process group of `world` ranks: every point's figure (_collective_rank)."""
+def _in_ranks(world: int, device_type: str, target: Callable[..., None], cfg: BenchConfig,
+              tick: Callable[[], None]) -> list[Any]:
+    """`world` processes each running target(rank, world, init_file, device_type, cfg, q);
+    a rank puts ("tick",) for a progress tick and ("done", rank, payload) at its end.
+    Returns the payloads by rank. Fork on CPU: the ranks start in milliseconds instead of
+    re-importing torch (seconds each on a loaded machine); CUDA cannot be forked once
+    initialised."""
+    import torch.multiprocessing as mp
+
+    ctx = mp.get_context("fork" if device_type == "cpu" else "spawn")
     with tempfile.TemporaryDirectory() as tmp:
         init_file = os.path.join(tmp, "init")
         q = ctx.Queue()
-        procs = [ctx.Process(target=_collective_rank,
-                             args=(r, world, init_file, device_type, cfg, q))
+        procs = [ctx.Process(target=target, args=(r, world, init_file, device_type, cfg, q))
                  for r in range(world)]
         for p in procs:
             p.start()
-        medians = None
+        got: dict[int, Any] = {}
         try:
             # Poll, so a rank that dies is seen at once rather than at a timeout.
-            until = time.monotonic() + 300
-            while medians is None and time.monotonic() < until:
+            until = time.monotonic() + 900
+            while len(got) < world and time.monotonic() < until:
                 try:
-                    medians = q.get(timeout=0.5)
+                    msg = q.get(timeout=0.5)
                 except queue.Empty:
                     if any(p.exitcode not in (None, 0) for p in procs):
                         break
+                    continue
+                if msg[0] == "tick":
+                    tick()
+                else:
+                    got[msg[1]] = msg[2]
         finally:
             for p in procs:
                 p.join(timeout=30)
                 if p.is_alive():
                     p.kill()
-        if medians is None or any(p.exitcode != 0 for p in procs):
-            raise RuntimeError(f"a collective benchmark rank failed (world {world})")
-    return list(medians)
+        if len(got) < world or any(p.exitcode != 0 for p in procs):
+            raise RuntimeError(f"a benchmark rank failed (world {world})")
+    return [got[r] for r in range(world)]
+
+
+def _collective_round(world: int, device_type: str, cfg: BenchConfig) -> list[float]:
+    """One process group of `world` ranks: every point's figure, the ranks' mean."""
+    figures = _in_ranks(world, device_type, _collective_rank, cfg, _nothing)
+    return [statistics.fmean(f) for f in zip(*figures, strict=True)]
 
 
 def bench_collectives(cfg: BenchConfig, device_type: str, out: Measurements,
                       tick: Callable[[], None]) -> None:
-    import torch.multiprocessing as mp
-
-    # Fork on CPU: the ranks start in milliseconds instead of re-importing torch (seconds
-    # each on a loaded machine); CUDA cannot be forked once initialised.
-    ctx = mp.get_context("fork" if device_type == "cpu" else "spawn")
     for world in cfg.world_sizes:
         # Each point the median over COLLECTIVE_ROUNDS process groups started afresh: one
         # round's figures moved by half between calibrations on this machine (0.14 against
         # 0.21 ms for the same 64 B all-to-all, measured).
-        rounds = [_collective_round(ctx, world, device_type, cfg)
+        rounds = [_collective_round(world, device_type, cfg)
                   for _ in range(COLLECTIVE_ROUNDS)]
         medians = [statistics.median(pt) for pt in zip(*rounds, strict=True)]
         k = len(cfg.a2a_bytes)

@@ -57,15 +57,13 @@ def register(app: typer.Typer) -> None:
                      f"(torch {torch.__version__}); calibrate with --device cpu", 2)
             if world_size > torch.cuda.device_count():
                 world_size = torch.cuda.device_count()
-        import tempfile
         from dataclasses import replace
 
         from planner.calibration.bench import (
             BenchConfig,
             Measurements,
             bench_collectives,
-            bench_host,
-            bench_kernels,
+            bench_compute,
             steps_of,
         )
         from planner.calibration.profile import (
@@ -88,6 +86,12 @@ def register(app: typer.Typer) -> None:
             cfg = replace(BenchConfig(), world_sizes=worlds[:2])
         if reps is not None:
             cfg = replace(cfg, reps=max(1, reps))
+        # The kernels run in as many ranks as the executor would run here (one per core on
+        # CPU, one per GPU), beside their all-to-alls, as its ranks run them.
+        import os
+
+        slots = len(os.sched_getaffinity(0)) if device is CalDevice.cpu else world_size
+        cfg = replace(cfg, compute_ranks=max(1, min(world_size, slots)))
         total = steps_of(cfg)
         done = [0]
         start = time.monotonic()
@@ -106,11 +110,11 @@ def register(app: typer.Typer) -> None:
         # take their deterministic paths).
         torch.set_num_threads(1)
         torch.use_deterministic_algorithms(True)
-        dev = torch.device("cuda", 0) if device is CalDevice.cuda else torch.device("cpu")
         m = Measurements()
-        with tempfile.TemporaryDirectory() as tmp:
-            bench_kernels(cfg, dev, m, tick)
-            bench_host(cfg, dev, m, tick, Path(tmp))
+        try:
+            bench_compute(cfg, device.value, m, tick)
+        except RuntimeError as exc:
+            fail(f"kernel benchmark failed: {exc}", 4)
         if device is CalDevice.cuda and torch.cuda.device_count() < 2:
             cfg = replace(cfg, world_sizes=())
         if not cfg.world_sizes:
