@@ -24,7 +24,6 @@ TRUE = {
     "host_piece_overhead_s": 2e-4, "inv_host_bw": 1 / 3e9, "inv_ssd_bw": 1 / 8e9,
     "update_row_s": 2e-7, "backward_id_s": 5e-8, "cache_probe_s": 1e-7, "lookup_id_s": 4e-8,
     "cache_step_s": 3e-4, "cache_slot_s": 5e-7, "allreduce_table_hop_s": 3e-5,
-    "lookup_start_s": 6e-5, "backward_start_s": 9e-5,
 }
 
 
@@ -40,20 +39,14 @@ def synthetic(noise: float, outliers: float, seed: int = 0) -> Measurements:
     m = Measurements()
     for i, b in enumerate(np.geomspace(1e4, 1e8, 25)):
         ids = b / (72 * 4 ** (i % 3))  # ids of 64- to 1,024-byte rows, plus their 8-byte id
+        m.lookup.append({"bytes": b, "lookups": ids, "seconds": t(
+            TRUE["piece_overhead_s"] + b * TRUE["inv_hbm_bw"] + ids * TRUE["lookup_id_s"])})
         # Distinct rows: a row of 64 to 1,024 bytes (dims and optimizers differ).
         u = b / (64 * 2 ** (i % 5))
         n = u * (1 + 7 * (i // 5 % 2))  # ids: each distinct row looked up once or 8 times
-        # The smaller shapes also as the piece that opens its step's phase (after an
-        # all-to-all): where the start's extra time is not lost in the noise.
-        for first in (0.0, 1.0) if i < 12 else (0.0,):
-            m.lookup.append({"bytes": b, "lookups": ids, "first": first, "seconds": t(
-                TRUE["piece_overhead_s"] + b * TRUE["inv_hbm_bw"] + ids * TRUE["lookup_id_s"]
-                + first * TRUE["lookup_start_s"])})
-            m.backward.append({"bytes": b, "unique": u, "lookups": n, "first": first,
-                               "seconds": t(TRUE["update_launch_s"] + b * TRUE["inv_backward_bw"]
-                                            + u * TRUE["update_row_s"]
-                                            + n * TRUE["backward_id_s"]
-                                            + first * TRUE["backward_start_s"])})
+        m.backward.append({"bytes": b, "unique": u, "lookups": n, "seconds": t(
+            TRUE["update_launch_s"] + b * TRUE["inv_backward_bw"] + u * TRUE["update_row_s"]
+            + n * TRUE["backward_id_s"])})
     for i, b in enumerate(np.geomspace(1e4, 1e8, 24)):
         # ddr pieces (host bytes only), ssd and hbm_cache pieces (slots; ssd: pages too).
         tier = ("ddr", "ssd", "hbm_cache")[i % 3]
@@ -102,14 +95,12 @@ def test_robust_loss_resists_outliers_where_plain_least_squares_does_not() -> No
     worst: dict[str, list[float]] = {"soft_l1": [], "linear": []}
     for seed in range(4):
         m = synthetic(noise=0.02, outliers=0.2, seed=seed)
-        for rows, names in ((m.lookup, ("piece_overhead_s", "inv_hbm_bw", "lookup_id_s",
-                                        "lookup_start_s")),
+        for rows, names in ((m.lookup, ("piece_overhead_s", "inv_hbm_bw", "lookup_id_s")),
                             (m.backward, ("update_launch_s", "inv_backward_bw",
-                                          "update_row_s", "backward_id_s", "backward_start_s"))):
+                                          "update_row_s", "backward_id_s"))):
             b = np.array([r["bytes"] for r in rows])
             t = np.array([r["seconds"] for r in rows])
-            per_row = [[r[k] for r in rows] for k in ("unique", "lookups", "first")
-                       if k in rows[0]]
+            per_row = [[r[k] for r in rows] for k in ("unique", "lookups") if k in rows[0]]
             x = np.column_stack([np.ones(len(b)), b, *per_row])
             for loss, errs in worst.items():
                 f = fit_linear(x, t, names, loss=loss)
@@ -129,9 +120,7 @@ def test_profile_from_a_fit_is_a_hardware_spec_that_plans(tmp_path: Path) -> Non
     eff = hw.gpu.hbm_bandwidth_gb_per_s * c.hbm_efficiency
     assert eff == pytest.approx(40.0, rel=0.1)  # GB/s, of the preset's peak
     assert any("Calibrated" in s for s in hw.sources)
-    # 25 shapes each way, the 12 smallest twice (opening their phase), and the hbm_cache
-    # lookups.
-    assert prov["fits"]["kernels"]["points"] == 2 * (25 + 12) + 8
+    assert prov["fits"]["kernels"]["points"] == 50 + 8  # and the hbm_cache lookups
     path = tmp_path / "profile.json"
     path.write_text(json.dumps(spec))
     r = CliRunner().invoke(app, ["plan", "deeprecsys_rm1", "--hardware", str(path)])
@@ -208,8 +197,7 @@ def test_host_overhead_left_out_of_the_json_at_its_default() -> None:
     from planner.spec.hardware import ConstantsSpec
 
     for name in ("host_piece_overhead_s", "update_row_s", "backward_id_s", "lookup_id_s",
-                 "cache_probe_s", "cache_step_s", "cache_slot_s", "allreduce_table_hop_s",
-                 "lookup_start_s", "backward_start_s"):
+                 "cache_probe_s", "cache_step_s", "cache_slot_s", "allreduce_table_hop_s"):
         assert name not in ConstantsSpec().model_dump()
         assert ConstantsSpec(**{name: 1e-4}).model_dump()[name] == 1e-4
 

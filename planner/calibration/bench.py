@@ -163,7 +163,6 @@ def bench_kernels(cfg: BenchConfig, device: torch.device, out: Measurements,
                         cases.append((rows, dim, opt, pooling, batch, store, row, lengths,
                                       grad))
     t_look: list[list[float]] = [[] for _ in cases]
-    first: set[int] = set()  # the cases that open a step's lookups (and backwards)
     t_back: list[list[float]] = [[] for _ in cases]
     uniq_n: list[list[int]] = [[] for _ in cases]
     # Each shape follows another table's, as a rank's pieces follow one another: the
@@ -172,7 +171,6 @@ def bench_kernels(cfg: BenchConfig, device: torch.device, out: Measurements,
     # read: 4.6x faster per call at 256 ids than the first, here.)
     order = sorted(range(len(cases)), key=lambda i: (cases[i][3], cases[i][4], i))
     def _kernel_step(step: list[int], rep: int) -> None:
-        first.add(step[0])
         bags: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         between()  # the input all-to-all
         for i in step:
@@ -215,15 +213,12 @@ def bench_kernels(cfg: BenchConfig, device: torch.device, out: Measurements,
             _kernel_step(step, rep)
     for i, (rows, dim, opt, pooling, batch, _store, row, _lengths, _grad) in enumerate(cases):
         n = batch * pooling
-        # Every store's lookups (each optimizer's store too: a lookup reads no state), so
-        # that every place in a step is seen; `first`: it opened its step's phase.
-        out.lookup.append({"bytes": n * (dim * 4 + ID_BYTES), "launches": 1.0,
-                           "lookups": float(n), "seconds": statistics.median(t_look[i]),
-                           "rows": rows, "dim": dim, "pooling": pooling, "batch": batch,
-                           "first": float(i in first)})
+        if opt is cfg.optimizers[0]:
+            out.lookup.append({"bytes": n * (dim * 4 + ID_BYTES), "launches": 1.0,
+                               "lookups": float(n), "seconds": statistics.median(t_look[i]),
+                               "rows": rows, "dim": dim, "pooling": pooling, "batch": batch})
         u = statistics.fmean(uniq_n[i])
-        out.backward.append({"first": float(i in first),
-                             "bytes": u * 2 * row + n * GRAD_BYTES * dim, "launches": 1.0,
+        out.backward.append({"bytes": u * 2 * row + n * GRAD_BYTES * dim, "launches": 1.0,
                              "seconds": statistics.median(t_back[i]), "rows": rows,
                              "dim": dim, "pooling": pooling, "batch": batch,
                              "optimizer": str(opt), "unique": u, "lookups": float(n)})
@@ -274,24 +269,12 @@ def bench_host(cfg: BenchConfig, device: torch.device, out: Measurements,
 
     from planner.executor import kernels
     from planner.executor.comm import Timer
-    from planner.executor.store import CachedStore, DenseStore, make_store
+    from planner.executor.store import CachedStore, make_store
 
     gen = torch.Generator().manual_seed(cfg.seed + 1)
     opt = Optimizer.ROWWISE_ADAGRAD  # every bundled fixture's optimizer
     cfg_o = kernels.OptimConfig()
     warm = 4
-    # A small hbm piece's lookup opens each phase, after the all-to-all: a rank's host-tier
-    # piece seldom runs first, and the first piece's extra time is lookup_start_s's and
-    # backward_start_s's (bench_kernels), not the host tier's.
-    lead = DenseStore(torch.randn(1_000, 16, generator=gen), torch.zeros(1_000, 1), Tier.HBM,
-                      device)
-    lead_ids = torch.randint(0, 1_000, (256,), generator=gen).to(device)
-    lead_offsets = torch.arange(256, dtype=torch.int64).to(device)
-
-    def opened() -> None:
-        between()
-        lead.pool(lead_ids, lead_offsets)
-
     k = 0
     for tier in cfg.host_tiers:
         ratios = cfg.host_cache_ratios if tier in (Tier.HBM_CACHE, Tier.SSD) else (0.0,)
@@ -331,12 +314,12 @@ def bench_host(cfg: BenchConfig, device: torch.device, out: Measurements,
                                     timer.reset()
                                 ids = torch.randint(0, rows, (n,), generator=gen).to(device)
                                 timer.new_step()
-                                opened()
+                                between()
                                 with timer("lookup"):
                                     offsets = kernels.bag_offsets(lengths)
                                     with on_host():
                                         store.pool(ids, offsets)
-                                opened()
+                                between()
                                 with timer("backward"):
                                     uniq, g = kernels.row_grads_bags(ids, offsets, grad)
                                     with on_host():

@@ -40,8 +40,7 @@ from planner.presets import preset_dict
 
 KERNEL_NAMES = ("piece_overhead_s", "update_launch_s", "inv_hbm_bw", "inv_backward_bw",
                 "update_row_s", "backward_id_s", "cache_probe_s", "lookup_id_s",
-                "inv_hbm_cached_bw", "inv_backward_cached_bw", "lookup_start_s",
-                "backward_start_s")
+                "inv_hbm_cached_bw", "inv_backward_cached_bw")
 
 
 def cache_levels() -> list[int]:
@@ -114,25 +113,22 @@ def fit_kernels(m: Measurements, cache_bytes: int = 0) -> FitResult:
     """Lookups: t = piece_overhead_s + bytes * inv_hbm_bw + lookup_id_s per id (+
     cache_probe_s per id of an hbm_cache piece, whose bytes are its hits' and ids');
     backward: t = update_launch_s + bytes * inv_backward_bw + update_row_s * distinct rows
-    + backward_id_s * ids (cost.py traffic_cost); a point that opened its step's phase
-    (right after an all-to-all) adds lookup_start_s or backward_start_s. With
-    `cache_bytes`, each point's bytes split as the model splits an hbm piece's: the share
-    its device cache holds (device_resident) at inv_*_cached_bw, the rest at inv_*_bw."""
+    + backward_id_s * ids (cost.py traffic_cost). With `cache_bytes`, each point's bytes
+    split as the model splits an hbm piece's: the share its device cache holds
+    (device_resident) at inv_*_cached_bw, the rest at inv_*_bw."""
     rows = []
     for r in m.lookup:
         b, f = float(r["bytes"]), _resident(r, cache_bytes, False)
-        first = float(r.get("first", 0.0))  # it opened its step's lookups
-        rows.append([1.0, 0.0, b * (1 - f), 0.0, 0.0, 0.0, 0.0, _ids(r), b * f, 0.0, first,
-                     0.0])
+        rows.append([1.0, 0.0, b * (1 - f), 0.0, 0.0, 0.0, 0.0, _ids(r), b * f, 0.0])
     t = [float(r["seconds"]) for r in m.lookup]
     for r in m.backward:
         b, f = float(r["bytes"]), _resident(r, cache_bytes, True)
         rows.append([0.0, 1.0, 0.0, b * (1 - f), float(r["unique"]), float(r["lookups"]), 0.0,
-                     0.0, 0.0, b * f, 0.0, float(r.get("first", 0.0))])
+                     0.0, 0.0, b * f])
     t += [float(r["seconds"]) for r in m.backward]
     cached = _cached_lookups(m)
     rows += [[1.0, 0.0, float(r["hbm_fwd_bytes"]), 0.0, 0.0, 0.0, float(r["lookups"]),
-              float(r["lookups"]), 0.0, 0.0, 0.0, 0.0] for r in cached]
+              float(r["lookups"]), 0.0, 0.0] for r in cached]
     t += [float(r["lookup_seconds"]) for r in cached]
     return _fit_seen_columns(np.array(rows), np.array(t), KERNEL_NAMES)
 
