@@ -72,9 +72,6 @@ class BenchConfig:
     # Ranks the kernel and host-tier microbenchmarks run in, each pinned and with a process
     # group as the executor's ranks (1: in the calling process, no process group).
     compute_ranks: int = 1
-    # Pieces per step: a step's lookups, its all-to-all, its backwards, then the next step's
-    # (0: every shape in one step). The fidelity plans' ranks hold 5-13 pieces each.
-    step_pieces: int = 8
 
     @staticmethod
     def smoke() -> "BenchConfig":
@@ -170,10 +167,13 @@ def bench_kernels(cfg: BenchConfig, device: torch.device, out: Measurements,
     # (A store's four shapes in a row ran the last three on the rows the first had just
     # read: 4.6x faster per call at 256 ids than the first, here.)
     order = sorted(range(len(cases)), key=lambda i: (cases[i][3], cases[i][4], i))
-    def _kernel_step(step: list[int], rep: int) -> None:
+    for rep in range(cfg.reps + 1):  # the first untimed
+        # A rank's step: every piece's lookup, then (after the all-to-alls) every piece's
+        # backward, in the same order; a piece's backward does not run on the rows its
+        # own lookup has just read.
         bags: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         between()  # the input all-to-all
-        for i in step:
+        for i in order:
             rows, _dim, _opt, pooling, batch, store, _row, lengths, _grad = cases[i]
             ids = torch.randint(0, rows, (batch * pooling,), generator=gen).to(device)
             sync()
@@ -186,7 +186,7 @@ def bench_kernels(cfg: BenchConfig, device: torch.device, out: Measurements,
             if rep:
                 t_look[i].append(t1 - t0)
         between()  # the output all-to-alls
-        for i in step:
+        for i in order:
             _rows, _dim, opt, _pooling, _batch, store, _row, _lengths, grad = cases[i]
             ids, offsets = bags[i]
             sync()
@@ -201,16 +201,6 @@ def bench_kernels(cfg: BenchConfig, device: torch.device, out: Measurements,
                 uniq_n[i].append(int(uniq.numel()))
             if rep == cfg.reps:
                 tick()
-
-    # A rank's step holds a few pieces between its all-to-alls (cfg.step_pieces).
-    n = cfg.step_pieces if cfg.step_pieces > 0 else len(order)
-    steps = [order[k:k + n] for k in range(0, len(order), n)]
-    for rep in range(cfg.reps + 1):  # the first untimed
-        # A rank's step: every piece's lookup, then (after the all-to-alls) every piece's
-        # backward, in the same order; a piece's backward does not run on the rows its
-        # own lookup has just read.
-        for step in steps:
-            _kernel_step(step, rep)
     for i, (rows, dim, opt, pooling, batch, _store, row, _lengths, _grad) in enumerate(cases):
         n = batch * pooling
         if opt is cfg.optimizers[0]:
