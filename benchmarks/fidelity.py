@@ -8,8 +8,9 @@ smaller batch, same pieces) on CPU ranks (gloo) of this machine, measured as `pl
 thread's own CPU time (one thread per rank, pinned), the median over the timed steps,
 collectives as wall time after an untimed barrier, their lower quartile; each plan executed
 EXECUTIONS times, in rounds that run every plan once (a slow spell of the machine falls on
-all plans alike), the median execution reported. For each plan: predicted and measured step
-time (the slowest rank's sum over the compared phases), the per-rank/phase errors, Spearman
+all plans alike), each rank's figure of each phase the median over the executions. For each
+plan: predicted and measured step time (the slowest rank's sum over the compared phases), the
+per-rank/phase errors, Spearman
 over ranks, and whether the predicted slowest rank is the measured slowest; across plans:
 Spearman between predicted and measured step time, the median |error| per rank and phase, the
 fraction of plans whose predicted slowest rank is the measured slowest. The whole set runs
@@ -45,6 +46,7 @@ from benchmarks import RESULTS, write_results
 from planner.executor.compare import PHASES, spearman
 from planner.executor.job import RunOptions
 from planner.executor.run import ExecutionReport, execute
+from planner.executor.scale import scaled_plan
 from planner.plan_model import Plan, PlanLayout
 from planner.planning import evaluate, plan, resolve
 from planner.presets import preset_dict
@@ -59,7 +61,7 @@ TIMED_STEPS = 11  # timed steps after them (no memory probe): their medians are 
 # Executions of each plan per run, the median one reported: a rank's collectives sometimes
 # run slow for a whole execution (a peer's thread waking late in most of its steps), which
 # no statistic over that execution's steps removes.
-EXECUTIONS = 3
+EXECUTIONS = 5
 # At most one rank per core: more ranks than cores time the scheduler's sharing of a core,
 # which no cost model of a cluster prices. The plans here have 2 ranks; calibration measures the
 # collectives at this many ranks.
@@ -153,7 +155,6 @@ def plan_for(name: str, hardware: dict[str, Any], tag: str) -> tuple[Plan, Path]
 def warmup_for(p: Plan, scale: float, batch: int) -> int:
     """Forward-only steps so the scaled plan's caches reach their steady state (at most
     MAX_WARMUP)."""
-    from planner.executor.scale import scaled_plan
     from planner.executor.warmup import warmup_steps
 
     return min(MAX_WARMUP, warmup_steps(scaled_plan(p, scale, batch)))
@@ -180,7 +181,6 @@ def torchrec_priced(p: Plan, name: str) -> Plan | str:
     """The run's plan (scaled down as it runs) priced by TorchRec's estimator instead
     (options.estimator = torchrec, the same layout and hardware), or why it cannot be."""
     from planner.errors import PlannerError
-    from planner.executor.scale import scaled_plan
 
     _, _, _, _, _, _, scale, batch = PLANS[name]
     options = p.request.options.model_copy(update={"estimator": "torchrec"})
@@ -211,31 +211,36 @@ def run_rounds(items: list[tuple[str, Plan, Plan | str | None]]) -> list[dict[st
             t0 = time.perf_counter()
             reps[i].append(timed_execution(p, *PLANS[n][6:8], warm[i]))
             took[i] += time.perf_counter() - t0
-    return [reported(p, reps[i], took[i], warm[i], referee)
-            for i, (_, p, referee) in enumerate(items)]
+    return [reported(scaled_plan(p, *PLANS[n][6:8]), reps[i], took[i], warm[i], referee)
+            for i, (n, p, referee) in enumerate(items)]
 
 
-def reported(p: Plan, reps: list[ExecutionReport], run_s: float, warm: int,
+def reported(run: Plan, reps: list[ExecutionReport], run_s: float, warm: int,
              referee: Plan | str | None = None) -> dict[str, Any]:
-    """Of a plan's executions, the one whose measured step (collectives in wall time) is
-    the median; every figure from that one. `referee`: the same scaled plan priced by
-    TorchRec's estimator (torchrec_priced), compared with the same measurements (no
-    whole-call correction: that is the analytic model's)."""
+    """A plan's executions compared with the prediction of `run` (the plan as it ran,
+    scaled), each rank's figure of each phase the median over the executions
+    (compare.measured_over: each execution is its own process group, whose collectives run
+    at a level of their own); the cache hit rate from the execution whose measured step is
+    the median. `referee`: the same scaled plan priced by TorchRec's estimator
+    (torchrec_priced), compared with the same measurements (no whole-call correction: that
+    is the analytic model's)."""
     from planner.executor.compare import compare
 
     steps = [r.compare["plan"]["measured_step_s"] for r in reps]
     rep = reps[sorted(range(len(reps)), key=lambda i: steps[i])[len(reps) // 2]]
     hit = next((ch for ch in rep.checks if ch.name.startswith("cache hit rate")), None)
+    more = [r.ranks for r in reps if r is not rep]
     out: dict[str, Any] = {
         "run_s": run_s, "warmup_steps": warm,
         "executions_measured_step_s": steps,
-        "by_clock": {"wall": rep.compare, "cpu": rep.compare_cpu},
+        "by_clock": {c: compare(run, rep.ranks, "cpu", collective_clock=c, repeats=more)
+                     for c in CLOCKS},
         "hit_rate_check": None if hit is None else {"ok": hit.ok, "detail": hit.detail},
         "checks_failed": sorted({ch.name for r in reps for ch in r.checks if not ch.ok})}
     if isinstance(referee, Plan):
         ranks = [{**r, "seconds_predicted": None} for r in rep.ranks]
-        out["torchrec_by_clock"] = {c: compare(referee, ranks, "cpu", collective_clock=c)
-                                    for c in CLOCKS}
+        out["torchrec_by_clock"] = {c: compare(referee, ranks, "cpu", collective_clock=c,
+                                               repeats=more) for c in CLOCKS}
     elif referee is not None:
         out["torchrec_not_priced"] = referee
     return out
@@ -420,8 +425,9 @@ def markdown(body: dict[str, Any]) -> str:
         f"quartile, over {TIMED_STEPS} timed steps (run after {STEPS} measured ones, the "
         "memory probe stopped), each rank pinned to a core of its own (gloo's threads "
         f"with it); each plan executed {EXECUTIONS} times per run, in rounds that run "
-        "every plan (and each pipelined plan's sequential twin) once, the "
-        "execution with the median step reported; a plan's step time is its slowest "
+        "every plan (and each pipelined plan's sequential twin) once, each rank's "
+        "figure of each phase the median over the executions (each its own process "
+        "group); a plan's step time is its slowest "
         "rank's sum over the compared phases (a pipelined plan's, `_pipe`: its phases but "
         "the input all-to-all, which ran on the input lane beside the previous step, plus "
         "the step's wait for the lane; predicted: comm + max(0, compute - input all-to-all)"

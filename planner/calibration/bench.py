@@ -487,7 +487,10 @@ def _collective_rank(rank: int, world: int, init_file: str, device_type: str,
         dist.destroy_process_group()
 
 
-COLLECTIVE_ROUNDS = 3
+# Process groups per world size, each point the median over them: a 64-byte all-to-all's
+# figure ran 127-196 us from one group to the next here, and the median of 3 groups moved
+# from 127 to 207 us between calibrations (measured).
+COLLECTIVE_ROUNDS = 7
 
 
 def _in_ranks(world: int, device_type: str, target: Callable[..., None], cfg: BenchConfig,
@@ -541,9 +544,7 @@ def _collective_round(world: int, device_type: str, cfg: BenchConfig) -> list[fl
 def bench_collectives(cfg: BenchConfig, device_type: str, out: Measurements,
                       tick: Callable[[], None]) -> None:
     for world in cfg.world_sizes:
-        # Each point the median over COLLECTIVE_ROUNDS process groups started afresh: one
-        # round's figures moved by half between calibrations on this machine (0.14 against
-        # 0.21 ms for the same 64 B all-to-all, measured).
+        # Each point the median over COLLECTIVE_ROUNDS process groups started afresh.
         rounds = [_collective_round(world, device_type, cfg)
                   for _ in range(COLLECTIVE_ROUNDS)]
         medians = [statistics.median(pt) for pt in zip(*rounds, strict=True)]

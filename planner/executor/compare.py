@@ -31,6 +31,7 @@ scaled plan, re-evaluated), mapped onto the executor's phases:
 
 import math
 import statistics
+from collections.abc import Sequence
 from typing import Any
 
 from planner.executor.predict import with_whole_calls
@@ -171,11 +172,34 @@ def hardware_note(plan: Plan, device: str) -> tuple[bool, str]:
     return True, f"predicted for '{hw.name}' ({gpu_name}), measured on {device}"
 
 
+def measured_over(timings: list[list[dict[str, dict[str, float]]]],
+                  collective_clock: str = "wall"
+                  ) -> tuple[dict[str, float], dict[str, float | None]]:
+    """measured_phases of one rank over several executions of a plan: each figure the
+    median over the executions of its figure in each (each execution is its own process
+    group, whose collectives run at their own level: a 64-byte all-to-all's figure ran
+    127-196 us from one group to the next here, measured)."""
+    each = [measured_phases(t, collective_clock) for t in timings]
+    if len(each) == 1:
+        return each[0]
+
+    def med(values: list[float | None]) -> float | None:
+        seen = [v for v in values if v is not None]
+        return statistics.median(seen) if seen else None
+
+    phases = {ph: med([m[ph] for m, _ in each]) or 0.0 for ph in each[0][0]}
+    unmodelled = {k: med([u[k] for _, u in each]) for k in each[0][1]}
+    return phases, unmodelled
+
+
 def compare(plan: Plan, ranks: list[dict[str, Any]], device: str,
-            collective_clock: str = "wall") -> dict[str, Any]:
+            collective_clock: str = "wall",
+            repeats: Sequence[list[dict[str, Any]]] = ()) -> dict[str, Any]:
     """Per rank and phase: predicted, measured, error = (predicted - measured) / measured
     (None where nothing was measured); for the plan: the errors' summaries, Spearman over
-    ranks of the totals, the slowest ranks. `ranks`: ExecutionReport.ranks (with timing)."""
+    ranks of the totals, the slowest ranks. `ranks`: ExecutionReport.ranks (with timing);
+    `repeats`: the ranks of further executions of the same plan, each rank's figures then
+    the median over every execution (measured_over)."""
     gpus = {g.rank: g for g in plan.gpus}
     rows = []
     for r in ranks:
@@ -187,7 +211,9 @@ def compare(plan: Plan, ranks: list[dict[str, Any]], device: str,
         cost["allreduce_s"] += whole
         pred = predicted_phases(cost, r["bytes"]["output_fwd"]["predicted"],
                                 r["bytes"]["output_bwd"]["predicted"])
-        meas, unmodelled = measured_phases(r.get("timing") or [], collective_clock)
+        same = [next(q for q in rep if q["rank"] == r["rank"]) for rep in repeats]
+        meas, unmodelled = measured_over([q.get("timing") or [] for q in (r, *same)],
+                                         collective_clock)
         pipelined = plan.request.model.pipelined
         step_pred = with_whole_calls(g.cost, whole, pipelined)
         phases = {}

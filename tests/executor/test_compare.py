@@ -212,3 +212,32 @@ def test_fidelity_slice_runs_one_stored_plan():
                                   for c in fidelity.CLOCKS}}]},
                               "calibrated": None, "calibration_note": "not available"})
     assert name in text and "not available" in text
+
+
+def test_figures_over_executions_are_each_phase_median_over_them() -> None:
+    """measured_over: each phase's figure in each execution (median of compute over steps,
+    lower quartile of collectives), then the median over executions; counted here from the
+    step lists directly."""
+    from planner.executor.compare import measured_over
+
+    rng = random.Random(3)
+
+    def execution(level: float) -> list[dict[str, dict[str, float]]]:
+        return [{"lookup": {"cpu": level * rng.uniform(0.9, 1.1)},
+                 "input_a2a": {"coll_wall": level * 2 * rng.uniform(1.0, 1.5)}}
+                for _ in range(9)]
+
+    runs = [execution(lv) for lv in (1e-3, 5e-3, 2e-3)]
+    phases, _ = measured_over(runs)
+
+    def lower_quartile(v: list[float]) -> float:
+        v = sorted(v)
+        return v[2]  # 9 values: the quartile falls on the third exactly
+
+    looks = sorted(sorted(s["lookup"]["cpu"] for s in r)[4] for r in runs)
+    a2as = sorted(lower_quartile([s["input_a2a"]["coll_wall"] for s in r]) for r in runs)
+    assert phases["lookup"] == pytest.approx(looks[1])
+    assert phases["input_a2a"] == pytest.approx(a2as[1])
+    assert 1.8e-3 < phases["lookup"] < 2.2e-3  # the middle execution's level, not the mean
+    one, _ = measured_over(runs[:1])
+    assert one["lookup"] == pytest.approx(sorted(s["lookup"]["cpu"] for s in runs[0])[4])
