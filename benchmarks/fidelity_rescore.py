@@ -11,16 +11,24 @@ scaled it) and its per-rank, per-phase prediction compared with what was measure
 time). So calibrations, and calibration methods, can be compared on the same ground truth.
 
     PYTHONPATH=. python -m benchmarks.fidelity_rescore PROFILE.json [PROFILE.json ...]
+    PYTHONPATH=. python -m benchmarks.fidelity_rescore --calibrations 4
+
+The second form runs `planner calibrate` afresh that many times (as benchmarks/fidelity
+does, about 40 s each) and writes benchmarks/results/fidelity_rescore.{md,json}: how far
+one calibration's figures move from the next's against the same measurements.
 """
 
+import argparse
 import json
 import statistics
-import sys
+import subprocess
+import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks import RESULTS
-from benchmarks.fidelity import PHASES, PLAN_DIR, PLANS, request
+from benchmarks import RESULTS, write_results
+from benchmarks.fidelity import PHASES, PLAN_DIR, PLANS, RANKS, request
 from planner.executor.compare import TIE_REL, predicted_phases, spearman
 from planner.executor.predict import predict, with_whole_calls
 from planner.executor.scale import scaled_plan
@@ -86,17 +94,66 @@ def score(hardware: dict[str, Any], measured: dict[str, Any]) -> dict[str, Any]:
     return {"passes": passes}
 
 
-def main(paths: list[str]) -> None:
+def _line(label: str, p: dict[str, Any]) -> str:
+    by = ", ".join(f"{k} {v:+.1%}" for k, v in p["median_error_by_phase"].items())
+    slow = p["slowest_match_fraction"]
+    return (f"| {label} | {p['spearman_step']:.3f} | {p['median_abs_error']:.1%} | "
+            f"{'-' if slow is None else f'{slow:.0%}'} | {by} |")
+
+
+def calibrations(n: int) -> None:
+    """`planner calibrate` n times, each scored against the committed measurements; the
+    results written (module docstring)."""
     measured = json.loads((RESULTS / "fidelity.json").read_text())
-    print(f"measurements: fidelity.json of {measured['code']['commit'][:10]}")
-    for path in paths:
+    rows: list[dict[str, Any]] = []
+    t0 = time.monotonic()
+    with tempfile.TemporaryDirectory() as tmp:
+        for i in range(n):
+            out = Path(tmp) / f"cal{i}.json"
+            subprocess.run(["planner", "calibrate", "--device", "cpu", "--world-size",
+                            str(RANKS), "--quiet", "-o", str(out)], check=True,
+                           stdout=subprocess.DEVNULL)
+            hw = json.loads(out.read_text())
+            rows.append({"constants": hw["constants"], **score(hw, measured)})
+    committed = score(json.loads((RESULTS / "fidelity_profile.json").read_text()), measured)
+    lines = ["# Calibrations scored against one set of measurements", "",
+             "Command: `PYTHONPATH=. python -m benchmarks.fidelity_rescore --calibrations "
+             f"{n}`; {time.monotonic() - t0:.0f} s. Measurements: the committed "
+             f"`fidelity.json` (code {measured['code']['commit'][:10]}), its calibrated "
+             "passes, collectives in wall time. Each row is a fresh `planner calibrate` on "
+             "this machine, its profile pricing the same kept layouts; the spread between "
+             "rows is the calibration's own, with the executions held fixed.", "",
+             "| profile, pass | Spearman(predicted, measured step) | median \\|error\\| "
+             "per rank and phase | predicted slowest = measured | median signed error "
+             "per phase |", "|---|---:|---:|---:|---|"]
+    for i, p in enumerate(committed["passes"], 1):
+        lines.append(_line(f"the run's own calibration, pass {i}", p))
+    for k, r in enumerate(rows, 1):
+        for i, p in enumerate(r["passes"], 1):
+            lines.append(_line(f"calibration {k}, pass {i}", p))
+    errs = [p["median_abs_error"] for r in rows for p in r["passes"]]
+    lines += ["", f"Median |error| over the {n} calibrations' passes: {min(errs):.1%} to "
+              f"{max(errs):.1%} (median {statistics.median(errs):.1%}).", ""]
+    write_results("fidelity_rescore", {"measured_code": measured["code"],
+                                       "committed_profile": committed,
+                                       "calibrations": rows}, "\n".join(lines))
+    print("\n".join(lines))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("profiles", nargs="*", help="hardware profile JSON files to score")
+    ap.add_argument("--calibrations", type=int, default=0,
+                    help="run planner calibrate this many times and score each")
+    args = ap.parse_args()
+    if args.calibrations:
+        calibrations(args.calibrations)
+    measured = json.loads((RESULTS / "fidelity.json").read_text())
+    for path in args.profiles:
         out = score(json.loads(Path(path).read_text()), measured)
         for i, p in enumerate(out["passes"], 1):
-            by = ", ".join(f"{k} {v:+.0%}" for k, v in p["median_error_by_phase"].items())
-            print(f"{path} pass {i}: Spearman {p['spearman_step']:.3f}, median |error| "
-                  f"{p['median_abs_error']:.1%}, slowest {p['slowest_match_fraction']:.0%}; "
-                  f"signed: {by}")
+            print(_line(f"{path}, pass {i}", p))
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    main()

@@ -1,0 +1,29 @@
+"""benchmarks/fidelity_rescore re-prices the committed fidelity run's kept layouts and scores
+them against its measurements with its own arithmetic: scoring the run's own profile must
+give the figures the run reported (compare.py's), and another profile other figures."""
+
+import json
+
+import pytest
+
+pytest.importorskip("torch")
+
+from benchmarks import RESULTS
+from benchmarks.fidelity_rescore import score
+
+
+def test_rescoring_the_runs_own_profile_gives_the_runs_figures() -> None:
+    measured = json.loads((RESULTS / "fidelity.json").read_text())
+    hw = json.loads((RESULTS / "fidelity_profile.json").read_text())
+    got = score(hw, measured)["passes"]
+    runs = measured["calibrated"]["runs"]
+    assert len(got) == len(runs)
+    for p, run in zip(got, runs, strict=True):
+        said = run["summary"]["wall"]  # collectives in wall time, as score() reads them
+        assert p["spearman_step"] == pytest.approx(said["spearman_step"], abs=1e-9)
+        assert p["median_abs_error"] == pytest.approx(said["median_abs_error"], rel=1e-9)
+    # Twice the all-to-all latency: the collective phases' predictions grow, the figures move.
+    slow = json.loads(json.dumps(hw))
+    slow["constants"]["a2a_call_latency_s"] *= 2
+    moved = score(slow, measured)["passes"][0]["median_error_by_phase"]["input_a2a"]
+    assert moved > got[0]["median_error_by_phase"]["input_a2a"] + 0.05
