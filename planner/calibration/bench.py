@@ -419,48 +419,22 @@ def _mean_points(per_rank: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
     return out
 
 
-# Process groups the compute microbenchmarks run in, in turn, each point's seconds the median
-# over them; cfg.reps split among them, so a calibration takes about as long. One group to
-# the next, the executor's ranks run at a level of their own (compare.measured_over).
-COMPUTE_ROUNDS = 3
-_TIMES = ("seconds", "lookup_seconds")
-
-
-def _median_rounds(rounds: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
-    """Each point's times the median over the rounds, its other numbers their mean."""
-    out = []
-    for pts in zip(*rounds, strict=True):
-        point = _mean_points([[p] for p in pts])[0]
-        for k in _TIMES:
-            if k in point:
-                point[k] = statistics.median(p[k] for p in pts)
-        out.append(point)
-    return out
-
-
 def bench_compute(cfg: BenchConfig, device_type: str, out: Measurements,
                   tick: Callable[[], None]) -> None:
     """bench_kernels and bench_host: in cfg.compute_ranks ranks with a process group and
-    all-to-alls between their phases, each point the ranks' mean (_compute_rank), in
-    COMPUTE_ROUNDS process groups in turn; with one rank, in this process."""
+    all-to-alls between their phases, each point the ranks' mean (_compute_rank); with one
+    rank, in this process."""
     if cfg.compute_ranks < 2:
         device = torch.device("cuda", 0) if device_type == "cuda" else torch.device("cpu")
         with tempfile.TemporaryDirectory() as tmp:
             bench_kernels(cfg, device, out, tick)
             bench_host(cfg, device, out, tick, Path(tmp))
         return
-    per_round = replace(cfg, reps=max(1, -(-cfg.reps // COMPUTE_ROUNDS)))
-    rounds: list[Measurements] = []
-    for k in range(COMPUTE_ROUNDS):
-        ms: list[Measurements] = _in_ranks(
-            cfg.compute_ranks, device_type, _compute_rank,
-            replace(per_round, seed=cfg.seed + 7 * k), tick)
-        rounds.append(Measurements(lookup=_mean_points([m.lookup for m in ms]),
-                                   backward=_mean_points([m.backward for m in ms]),
-                                   host=_mean_points([m.host for m in ms])))
-    out.lookup += _median_rounds([m.lookup for m in rounds])
-    out.backward += _median_rounds([m.backward for m in rounds])
-    out.host += _median_rounds([m.host for m in rounds])
+    ms: list[Measurements] = _in_ranks(cfg.compute_ranks, device_type, _compute_rank, cfg,
+                                       tick)
+    out.lookup += _mean_points([m.lookup for m in ms])
+    out.backward += _mean_points([m.backward for m in ms])
+    out.host += _mean_points([m.host for m in ms])
 
 
 def _collective_rank(rank: int, world: int, init_file: str, device_type: str,
@@ -588,15 +562,13 @@ def bench_collectives(cfg: BenchConfig, device_type: str, out: Measurements,
 
 
 def steps_of(cfg: BenchConfig) -> int:
-    """Progress ticks a run makes (kernel and host shapes, once per compute round, then one
-    per world size)."""
+    """Progress ticks a run makes (kernel shapes, then one per world size)."""
     shapes = len(cfg.rows) * len(cfg.dims) * len(cfg.optimizers) * len(cfg.poolings) \
         * len(cfg.batches)
     host = sum(len(cfg.host_cache_ratios) if t in (Tier.HBM_CACHE, Tier.SSD) else 1
                for t in cfg.host_tiers) * len(cfg.host_rows) * len(cfg.host_dims) \
         * len(cfg.host_poolings) * len(cfg.host_batches)
-    rounds = COMPUTE_ROUNDS if cfg.compute_ranks >= 2 else 1
-    return (shapes + host) * rounds + len(cfg.world_sizes)
+    return shapes + host + len(cfg.world_sizes)
 
 
 def to_arrays(rows: list[dict[str, float]], keys: tuple[str, ...]) -> np.ndarray:
