@@ -32,7 +32,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -40,6 +40,9 @@ import torch
 from cost_models.sizes import optimizer_state_row_bytes
 from cost_models.traffic import PieceTraffic
 from cost_models.types import CommPrecision, Optimizer, Tier
+
+if TYPE_CHECKING:
+    from planner.executor.comm import Comm
 
 ID_BYTES = 8  # the executor's ids are int64
 GRAD_BYTES = 4  # pooled gradients are fp32
@@ -353,7 +356,8 @@ def _rank_start(rank: int, world: int, init_file: str, device_type: str) -> torc
     return torch.device("cuda", rank) if device_type == "cuda" else torch.device("cpu")
 
 
-def _comm(rank: int, world: int, init_file: str, device: torch.device) -> Any:
+def _comm(rank: int, world: int, init_file: str, device: torch.device) -> "Comm":
+    """The rank's Comm, as a rank's timed steps have it (no settling)."""
     from planner.executor.comm import Comm, Heartbeat
 
     comm = Comm(rank, world, device, Heartbeat(Path(init_file).parent / f"heartbeat{rank}.txt"))
