@@ -10,8 +10,8 @@ collectives as wall time after an untimed barrier, their lower quartile; each pl
 EXECUTIONS times, in rounds that run every plan once (a slow spell of the machine falls on
 all plans alike), each rank's figure of each phase the median over the executions. For each
 plan: predicted and measured step time (the slowest rank's sum over the compared phases), the
-per-rank/phase errors, Spearman
-over ranks, and whether the predicted slowest rank is the measured slowest; across plans:
+per-rank/phase errors, Spearman over ranks, and whether the predicted slowest rank is the
+measured slowest; across plans:
 Spearman between predicted and measured step time, the median |error| per rank and phase, the
 fraction of plans whose predicted slowest rank is the measured slowest. The whole set runs
 twice: Spearman between the two runs' measured step times says whether the ranking is stable.
@@ -58,9 +58,9 @@ FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "models"
 PLAN_DIR = RESULTS / "fidelity_plans"
 STEPS = 3  # measured steps per run: memory, bytes and cache hit rates
 TIMED_STEPS = 11  # timed steps after them (no memory probe): their medians are compared
-# Executions of each plan per run, the median one reported: a rank's collectives sometimes
-# run slow for a whole execution (a peer's thread waking late in most of its steps), which
-# no statistic over that execution's steps removes.
+# Executions of each plan per run, each rank's phase figure the median over them: a rank's
+# collectives sometimes run slow for a whole execution (each is its own process group, at a
+# level of its own), which no statistic over that execution's steps removes.
 EXECUTIONS = 5
 # At most one rank per core: more ranks than cores time the scheduler's sharing of a core,
 # which no cost model of a cluster prices. The plans here have 2 ranks; calibration measures the

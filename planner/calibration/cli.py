@@ -3,6 +3,7 @@
 Heavy imports (torch, scipy) stay inside the command so `planner plan` starts fast."""
 
 import json
+import os
 import shlex
 import sys
 import time
@@ -88,8 +89,6 @@ def register(app: typer.Typer) -> None:
             cfg = replace(cfg, reps=max(1, reps))
         # The kernels run in as many ranks as the executor would run here (one per core on
         # CPU, one per GPU), beside their all-to-alls, as its ranks run them.
-        import os
-
         slots = len(os.sched_getaffinity(0)) if device is CalDevice.cpu else world_size
         cfg = replace(cfg, compute_ranks=max(1, min(world_size, slots)))
         total = steps_of(cfg)
