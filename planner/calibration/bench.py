@@ -1,12 +1,7 @@
 """Microbenchmarks on this machine through the executor's own code paths.
 
-- lookups: a piece's whole lookup as `RankExecutor.step` runs it (rank.py): the bag offsets
-  from the received lengths (`kernels.bag_offsets`), then `DenseStore.pool`
-  (kernels.pool_bags, torch's fused embedding_bag), timed against rows, dim, pooling and
-  batch; the model's bytes are hbm_fwd = lookups * (row + id) bytes.
-- backward: `kernels.row_grads_bags` then `DenseStore.update` with each optimizer, as the
-  ranks run a piece's backward; bytes = the distinct rows read and written with their state
-  plus the pooled gradients read per lookup (traffic.py).
+- lookups and backward: not here. They are timed in the executor itself, running small
+  table-wise plans (executed.py): a rank's phase there is what the fit reads.
 - host tiers: a ddr, hbm_cache or ssd piece's steps through the executor's stores
   (`make_store`: DenseStore in host memory, CachedStore), with the rank's spans: a ddr or
   ssd piece's pool and update inside `cache_miss`, a cache's misses, write-backs and
@@ -37,26 +32,16 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from cost_models.sizes import optimizer_state_row_bytes
 from cost_models.traffic import PieceTraffic
 from cost_models.types import CommPrecision, Optimizer, Tier
 
 if TYPE_CHECKING:
     from planner.executor.comm import Comm
 
-ID_BYTES = 8  # the executor's ids are int64
-GRAD_BYTES = 4  # pooled gradients are fp32
 
 
 @dataclass(frozen=True)
 class BenchConfig:
-    # Small tables too: most ids of a batch repeat there, so a piece's work per lookup and
-    # per distinct row can be told apart (scaled-down plans are full of them).
-    rows: tuple[int, ...] = (100, 10_000, 200_000)
-    dims: tuple[int, ...] = (16, 64)
-    poolings: tuple[int, ...] = (1, 8)
-    batches: tuple[int, ...] = (256, 2048)
-    optimizers: tuple[Optimizer, ...] = tuple(Optimizer)
     a2a_bytes: tuple[int, ...] = (64, 16_384, 262_144, 1_048_576)  # per peer
     allreduce_rows: tuple[int, ...] = (64, 4_096, 65_536)  # of 16 fp32 columns
     world_sizes: tuple[int, ...] = (2, 3)
@@ -72,28 +57,30 @@ class BenchConfig:
     # late now and then): more repeats.
     collective_reps: int = 25
     seed: int = 0
-    # Ranks the kernel and host-tier microbenchmarks run in, each pinned and with a process
-    # group as the executor's ranks (1: in the calling process, no process group).
+    # Ranks the host-tier microbenchmarks and the executed calibration plans run in (one
+    # per core on CPU, one per GPU), each pinned and in a process group as the executor's
+    # ranks (1: the host tiers in the calling process).
     compute_ranks: int = 1
+    # The executed calibration plans (executed.py): how many (None: every shape once) and
+    # how many executions of each, in rounds (each phase the median over them).
+    executed_plans: int | None = None
+    executed_reps: int = 3
 
     @staticmethod
     def smoke() -> "BenchConfig":
         """Seconds, for tests: few shapes, one world size (its constants are rough)."""
-        return BenchConfig(rows=(10_000,), dims=(16, 64), poolings=(1, 8), batches=(256,),
-                           optimizers=(Optimizer.SGD, Optimizer.ADAM),
-                           a2a_bytes=(64, 262_144), allreduce_rows=(64, 16_384),
+        return BenchConfig(a2a_bytes=(64, 262_144), allreduce_rows=(64, 16_384),
                            world_sizes=(2,), host_rows=(10_000,), host_dims=(16,),
                            host_batches=(256,), host_cache_ratios=(0.1,), reps=2,
-                           collective_reps=5)
+                           collective_reps=5, executed_plans=4, executed_reps=1)
 
     @staticmethod
     def long(world: int) -> "BenchConfig":
-        """A longer run: more shapes and sizes, more repeats (minutes)."""
-        return BenchConfig(rows=(10_000, 200_000, 2_000_000), dims=(8, 32, 128),
-                           poolings=(1, 4, 16), batches=(256, 1024, 4096),
-                           a2a_bytes=(64, 4_096, 65_536, 262_144, 1_048_576, 4_194_304),
+        """A longer run: more sizes and repeats (minutes)."""
+        return BenchConfig(a2a_bytes=(64, 4_096, 65_536, 262_144, 1_048_576, 4_194_304),
                            allreduce_rows=(64, 1_024, 16_384, 131_072),
-                           world_sizes=tuple(range(2, max(world, 2) + 1)), reps=9)
+                           world_sizes=tuple(range(2, max(world, 2) + 1)), reps=9,
+                           executed_reps=5)
 
 
 @dataclass
@@ -107,114 +94,12 @@ class Measurements:
     host: list[dict[str, Any]] = field(default_factory=list)
 
 
-def _clock(device: torch.device) -> Callable[[], float]:
-    """The clock the ranks time compute by (comm.Timer): the thread's CPU time on CPU (one
-    thread per rank, so other processes' load is not counted), wall time on CUDA."""
-    return time.perf_counter if device.type == "cuda" else time.thread_time
-
-
-def _sync_of(device: torch.device) -> Callable[[], None]:
-    if device.type == "cuda":
-        return lambda: torch.cuda.synchronize(device)
-    return lambda: None
-
-
 # An all-reduce bucket of 1 table, and the same rows as 8 tables: a call's cost per table.
 ALLREDUCE_TABLES = (1, 8)
 
 
 def _nothing() -> None:
     return None
-
-
-def bench_kernels(cfg: BenchConfig, device: torch.device, out: Measurements,
-                  tick: Callable[[], None], between: Callable[[], None] = _nothing) -> None:
-    """Lookups and backward updates of one piece, through the executor's store and kernels,
-    as rank.py's step runs them: the bag offsets from the received lengths, then the store's
-    fused pool; later the row gradients, then the store's update with the optimizer.
-    Interleaved as a rank's step interleaves its pieces: each repetition runs every shape's
-    lookup once, in turn, each after another store's (one store per rows x dim x optimizer,
-    new ids each call), then every shape's backward in the same order, so a shape's rows,
-    state and ids are as cold when its turn comes as a rank's piece's are. Timing one
-    shape over and over (four stores of it in turn) left the ranks 12-43% slower than the
-    model in every phase (benchmarks/fidelity, 741b204); a store's shapes one after another,
-    each backward right after its own lookup, left every phase predicted short by 10-47%
-    (92ae58f). `between` runs where a rank's step has its all-to-alls: before the lookups
-    and between them and the backward (_compute_rank: the rank's collectives)."""
-    from planner.executor import kernels
-    from planner.executor.store import DenseStore
-
-    gen = torch.Generator().manual_seed(cfg.seed)
-    sync = _sync_of(device)
-    clock = _clock(device)
-    cfg_o = kernels.OptimConfig()
-    cases = []
-    for rows in cfg.rows:
-        for dim in cfg.dims:
-            w = torch.randn(rows, dim, generator=gen)
-            for opt in cfg.optimizers:
-                store = DenseStore(w.clone(), torch.zeros(rows, kernels.state_cols(opt, dim)),
-                                   Tier.HBM, device)
-                row = dim * 4 + optimizer_state_row_bytes(opt, dim)
-                for pooling in cfg.poolings:
-                    for batch in cfg.batches:
-                        lengths = torch.full((batch,), pooling, dtype=torch.int64).to(device)
-                        grad = torch.randn(batch, dim, generator=gen).to(device)
-                        cases.append((rows, dim, opt, pooling, batch, store, row, lengths,
-                                      grad))
-    t_look: list[list[float]] = [[] for _ in cases]
-    t_back: list[list[float]] = [[] for _ in cases]
-    uniq_n: list[list[int]] = [[] for _ in cases]
-    # Each shape follows another table's, as a rank's pieces follow one another: the
-    # shapes of one pooling and batch over every store, then the next pooling and batch.
-    # (A store's four shapes in a row ran the last three on the rows the first had just
-    # read: 4.6x faster per call at 256 ids than the first, here.)
-    order = sorted(range(len(cases)), key=lambda i: (cases[i][3], cases[i][4], i))
-    for rep in range(cfg.reps + 1):  # the first untimed
-        # A rank's step: every piece's lookup, then (after the all-to-alls) every piece's
-        # backward, in the same order; a piece's backward does not run on the rows its
-        # own lookup has just read.
-        bags: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
-        between()  # the input all-to-all
-        for i in order:
-            rows, _dim, _opt, pooling, batch, store, _row, lengths, _grad = cases[i]
-            ids = torch.randint(0, rows, (batch * pooling,), generator=gen).to(device)
-            sync()
-            t0 = clock()
-            offsets = kernels.bag_offsets(lengths)
-            store.pool(ids, offsets)
-            sync()
-            t1 = clock()
-            bags[i] = (ids, offsets)
-            if rep:
-                t_look[i].append(t1 - t0)
-        between()  # the output all-to-alls
-        for i in order:
-            _rows, _dim, opt, _pooling, _batch, store, _row, _lengths, grad = cases[i]
-            ids, offsets = bags[i]
-            sync()
-            t1 = clock()
-            uniq, g = kernels.row_grads_bags(ids, offsets, grad)
-            store.update(uniq, lambda w_, s_, g=g, o=opt: kernels.apply_optimizer(
-                o, cfg_o, w_, s_, g, 1))
-            sync()
-            t2 = clock()
-            if rep:
-                t_back[i].append(t2 - t1)
-                uniq_n[i].append(int(uniq.numel()))
-            if rep == cfg.reps:
-                tick()
-    for i, (rows, dim, opt, pooling, batch, _store, row, _lengths, _grad) in enumerate(cases):
-        n = batch * pooling
-        if opt is cfg.optimizers[0]:
-            out.lookup.append({"bytes": n * (dim * 4 + ID_BYTES), "launches": 1.0,
-                               "lookups": float(n), "seconds": statistics.median(t_look[i]),
-                               "rows": rows, "dim": dim, "pooling": pooling, "batch": batch})
-        u = statistics.fmean(uniq_n[i])
-        out.backward.append({"bytes": u * 2 * row + n * GRAD_BYTES * dim, "launches": 1.0,
-                             "seconds": statistics.median(t_back[i]), "rows": rows,
-                             "dim": dim, "pooling": pooling, "batch": batch,
-                             "optimizer": str(opt), "unique": u, "lookups": float(n)})
 
 
 def _host_traffic(rows: int, dim: int, pooling: int, batch: int, tier: Tier, ratio: float,
@@ -257,7 +142,8 @@ def bench_host(cfg: BenchConfig, device: torch.device, out: Measurements,
     distinct rows as it has slots (uniform ids: any rows are the steady state), then `warm`
     untimed steps. A cached piece's lookup phase (its probe and the pool of its hits, the
     misses' host work taken out) is recorded too: the kernels fit prices its probe per id.
-    `between`: as in bench_kernels, before each step's lookup and before its backward."""
+    `between`: where a rank's step has its all-to-alls, before each step's lookup and
+    before its backward (_host_rank: the rank's collectives)."""
     from contextlib import AbstractContextManager, nullcontext
 
     from planner.executor import kernels
@@ -370,14 +256,12 @@ def _comm(rank: int, world: int, init_file: str, device: torch.device) -> "Comm"
 STEP_A2A_BYTES = 65_536
 
 
-def _compute_rank(rank: int, world: int, init_file: str, device_type: str,
-                  cfg: BenchConfig, q: Any) -> None:
-    """One rank of the compute microbenchmarks: bench_kernels and bench_host with the rank's
-    all-to-alls between their lookups and backwards, as an executor rank runs its pieces.
-    Alone in a process, the same lookups ran 1.7-2.5x faster than beside a gloo process
-    group's all-to-alls (42 against 70-105 us for a 2,560-id lookup of a 4,000 x 32 table
-    on this 2-core machine, measured), and the ranks' lookups came out 39-57% over the
-    prediction (benchmarks/fidelity, 0547504)."""
+def _host_rank(rank: int, world: int, init_file: str, device_type: str,
+               cfg: BenchConfig, q: Any) -> None:
+    """One rank of the host-tier microbenchmarks: bench_host with the rank's all-to-alls
+    between its lookups and backwards, as an executor rank runs its pieces (alone in a
+    process, a lookup ran 1.7-2.5x faster than beside a gloo process group's all-to-alls
+    on this 2-core machine, measured)."""
     import torch.distributed as dist
 
     from planner.executor.comm import Timer
@@ -401,7 +285,6 @@ def _compute_rank(rank: int, world: int, init_file: str, device_type: str,
         m = Measurements()
         mine = replace(cfg, seed=cfg.seed + 1009 * rank)  # each rank its own ids
         with tempfile.TemporaryDirectory() as tmp:
-            bench_kernels(mine, device, m, tick, between)
             bench_host(mine, device, m, tick, Path(tmp), between)
         q.put(("done", rank, m))
     finally:
@@ -423,21 +306,17 @@ def _mean_points(per_rank: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
     return out
 
 
-def bench_compute(cfg: BenchConfig, device_type: str, out: Measurements,
-                  tick: Callable[[], None]) -> None:
-    """bench_kernels and bench_host: in cfg.compute_ranks ranks with a process group and
-    all-to-alls between their phases, each point the ranks' mean (_compute_rank); with one
-    rank, in this process."""
+def bench_host_tiers(cfg: BenchConfig, device_type: str, out: Measurements,
+                     tick: Callable[[], None]) -> None:
+    """bench_host: in cfg.compute_ranks ranks with a process group and all-to-alls between
+    their phases, each point the ranks' mean (_host_rank); with one rank, in this
+    process."""
     if cfg.compute_ranks < 2:
         device = torch.device("cuda", 0) if device_type == "cuda" else torch.device("cpu")
         with tempfile.TemporaryDirectory() as tmp:
-            bench_kernels(cfg, device, out, tick)
             bench_host(cfg, device, out, tick, Path(tmp))
         return
-    ms: list[Measurements] = _in_ranks(cfg.compute_ranks, device_type, _compute_rank, cfg,
-                                       tick)
-    out.lookup += _mean_points([m.lookup for m in ms])
-    out.backward += _mean_points([m.backward for m in ms])
+    ms: list[Measurements] = _in_ranks(cfg.compute_ranks, device_type, _host_rank, cfg, tick)
     out.host += _mean_points([m.host for m in ms])
 
 
@@ -566,13 +445,16 @@ def bench_collectives(cfg: BenchConfig, device_type: str, out: Measurements,
 
 
 def steps_of(cfg: BenchConfig) -> int:
-    """Progress ticks a run makes (kernel shapes, then one per world size)."""
-    shapes = len(cfg.rows) * len(cfg.dims) * len(cfg.optimizers) * len(cfg.poolings) \
-        * len(cfg.batches)
+    """Progress ticks a run makes (host-tier shapes, the calibration plans' executions,
+    then one per world size)."""
+    from planner.calibration.executed import plans_needed
+
+    plans = (plans_needed(cfg.compute_ranks) if cfg.executed_plans is None
+             else cfg.executed_plans)
     host = sum(len(cfg.host_cache_ratios) if t in (Tier.HBM_CACHE, Tier.SSD) else 1
                for t in cfg.host_tiers) * len(cfg.host_rows) * len(cfg.host_dims) \
         * len(cfg.host_poolings) * len(cfg.host_batches)
-    return shapes + host + len(cfg.world_sizes)
+    return host + plans * cfg.executed_reps + len(cfg.world_sizes)
 
 
 def to_arrays(rows: list[dict[str, float]], keys: tuple[str, ...]) -> np.ndarray:

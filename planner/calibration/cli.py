@@ -42,8 +42,9 @@ def register(app: typer.Typer) -> None:
         reps: Annotated[int | None, typer.Option(help="timed repeats per point")] = None,
         quiet: Annotated[bool, typer.Option(help="no progress line")] = False,
     ) -> None:
-        """Microbenchmark the executor's kernels and collectives on this machine, fit the cost
-        model's latency and bandwidth constants (robust least squares, 95% intervals), and
+        """Time the executor's lookups and backwards (small table-wise plans it runs), host
+        tiers and collectives on this machine, fit the cost model's latency and bandwidth
+        constants (robust least squares, 95% intervals), and
         write a hardware profile that `planner plan --hardware` takes (provenance and every
         fit in OUTPUT's .provenance.json beside it)."""
         from planner.cli_common import fail
@@ -64,7 +65,7 @@ def register(app: typer.Typer) -> None:
             BenchConfig,
             Measurements,
             bench_collectives,
-            bench_compute,
+            bench_host_tiers,
             steps_of,
         )
         from planner.calibration.profile import (
@@ -87,8 +88,8 @@ def register(app: typer.Typer) -> None:
             cfg = replace(BenchConfig(), world_sizes=worlds[:2])
         if reps is not None:
             cfg = replace(cfg, reps=max(1, reps))
-        # The kernels run in as many ranks as the executor would run here (one per core on
-        # CPU, one per GPU), beside their all-to-alls, as its ranks run them.
+        # The calibration plans and host tiers run in as many ranks as the executor would
+        # run here (one per core on CPU, one per GPU).
         slots = len(os.sched_getaffinity(0)) if device is CalDevice.cpu else world_size
         cfg = replace(cfg, compute_ranks=max(1, min(world_size, slots)))
         total = steps_of(cfg)
@@ -111,9 +112,18 @@ def register(app: typer.Typer) -> None:
         torch.use_deterministic_algorithms(True)
         m = Measurements()
         try:
-            bench_compute(cfg, device.value, m, tick)
+            bench_host_tiers(cfg, device.value, m, tick)
         except RuntimeError as exc:
-            fail(f"kernel benchmark failed: {exc}", 4)
+            fail(f"host-tier benchmark failed: {exc}", 4)
+        from planner.calibration.executed import bench_executed
+
+        try:
+            # Lookups and backwards: small table-wise plans run by the executor itself.
+            m.lookup, m.backward = bench_executed(cfg.compute_ranks, device.value, preset,
+                                                  cfg.executed_reps, tick,
+                                                  cfg.executed_plans)
+        except (RuntimeError, OSError) as exc:
+            fail(f"calibration plans failed to run: {exc}", 4)
         if device is CalDevice.cuda and torch.cuda.device_count() < 2:
             cfg = replace(cfg, world_sizes=())
         if not cfg.world_sizes:

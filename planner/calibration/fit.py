@@ -45,22 +45,24 @@ class FitResult:
 
 
 def fit_linear(x: np.ndarray, t: np.ndarray, names: tuple[str, ...], f_scale: float = 0.05,
-               loss: str = "soft_l1") -> FitResult:
-    """Fit t ~ x @ theta, theta >= 0, minimising `loss` of the relative residuals
-    (x @ theta - t) / t, soft beyond `f_scale` (5%)."""
+               loss: str = "soft_l1", offset: np.ndarray | None = None) -> FitResult:
+    """Fit t ~ offset + x @ theta, theta >= 0, minimising `loss` of the relative residuals
+    (offset + x @ theta - t) / t, soft beyond `f_scale` (5%). `offset`: each point's time
+    from constants fitted before (0 by default)."""
     x = np.asarray(x, dtype=np.float64)
     t = np.asarray(t, dtype=np.float64)
     n, p = x.shape
     if n < p:
         raise ValueError(f"{n} points cannot fit {p} constants")
-    a = x / t[:, None]  # relative residual = a @ theta - 1
+    a = x / t[:, None]  # relative residual = a @ theta - target
+    target = np.ones(n) - (0.0 if offset is None else np.asarray(offset, dtype=np.float64) / t)
 
     def resid(theta: np.ndarray) -> np.ndarray:
-        return a @ theta - 1.0
+        return a @ theta - target
 
     # Start from the plain non-negative least squares, scaled per column for conditioning.
     scale = np.maximum(np.abs(a).max(axis=0), 1e-300)
-    start = optimize.nnls(a / scale, np.ones(n))[0] / scale
+    start = optimize.nnls(a / scale, np.maximum(target, 0.0))[0] / scale
     res = optimize.least_squares(resid, start, jac=lambda _: a, bounds=(0.0, np.inf),
                                  loss=loss, f_scale=f_scale, x_scale=1.0 / scale,
                                  method="trf")

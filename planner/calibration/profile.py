@@ -1,10 +1,12 @@
 """Fit the named constants from measurements and write them into a hardware profile.
 
 Three fits, each of the cost model's own form (cost.py, latency.py):
-- kernels: lookup t = piece_overhead_s + bytes / eff_hbm_bw + lookup_id_s per id (+
-  cache_probe_s per id of an hbm_cache piece; bytes: hbm_fwd; the time: a piece's bag
-  offsets and pool, as rank.py's step runs them) and backward t = update_launch_s + bytes /
-  (eff_hbm_bw * backward_efficiency) + update_row_s * distinct rows + backward_id_s * ids.
+- kernels: lookup t = piece_overhead_s + bytes / eff_hbm_bw + lookup_id_s per id and
+  backward t = update_launch_s + bytes / (eff_hbm_bw * backward_efficiency) + update_row_s
+  * distinct rows + backward_id_s * ids, each summed over a rank's pieces: the time is a
+  rank's lookup or backward phase in an executed calibration plan (executed.py), the
+  terms the model's own (traffic.piece_traffic). Then cache_probe_s per id of an hbm_cache
+  piece, over what that fit prices of the host-tier benchmark's cached lookups.
 - host tiers: a ddr, hbm_cache or ssd piece's cache_miss time per step,
   t = host_piece_overhead_s + host bytes / eff_host_read_bw + SSD bytes / eff_ssd_bw +
   (a cached piece) cache_step_s + cache_slot_s * cache slots (the bytes and slots:
@@ -57,20 +59,34 @@ def cache_levels() -> list[int]:
     return sorted(out)
 
 
-def _resident(r: dict[str, Any], cache_bytes: int, backward: bool) -> float:
-    """traffic.device_resident of a microbenchmark's table (fp32 rows, uniform ids; with
-    its optimizer state backward); 0 for a point without its shape (older profiles)."""
-    if cache_bytes <= 0 or "rows" not in r or "dim" not in r:
+def _cached_bytes(r: dict[str, Any], cache_bytes: int, backward: bool) -> float:
+    """Of a point's bytes, those its device cache serves (traffic.device_resident of each
+    piece's table: fp32 rows, uniform ids; with its optimizer state backward). A point of
+    several pieces (a rank's phase, executed.py) lists them as `parts`; 0 for a point
+    without shapes (older profiles)."""
+    if cache_bytes <= 0:
         return 0.0
-    row = int(r["dim"]) * 4
-    if backward:
-        row += optimizer_state_row_bytes(Optimizer(str(r["optimizer"])), int(r["dim"]))
-    return device_resident(cache_bytes, int(r["rows"]), row)
+    out = 0.0
+    for part in r.get("parts", [r]):
+        if "rows" not in part or "dim" not in part:
+            continue
+        row = int(part["dim"]) * 4
+        if backward:
+            row += optimizer_state_row_bytes(Optimizer(str(part["optimizer"])),
+                                             int(part["dim"]))
+        out += float(part["bytes"]) * device_resident(cache_bytes, int(part["rows"]), row)
+    return out
 
 
 def _cached_lookups(m: Measurements) -> list[dict[str, Any]]:
     """The hbm_cache points' lookup phases (their probe and the pool of their hits)."""
     return [r for r in m.host if r["tier"] == "hbm_cache" and "lookup_seconds" in r]
+
+
+def _launches(r: dict[str, Any]) -> float:
+    """Pieces a point's time covers: one for a microbenchmark's, a rank's for an executed
+    plan's phase (each piece its own lookup and update)."""
+    return float(r.get("launches", 1.0))
 
 
 def _ids(r: dict[str, Any]) -> float:
@@ -118,19 +134,41 @@ def fit_kernels(m: Measurements, cache_bytes: int = 0) -> FitResult:
     (device_resident) at inv_*_cached_bw, the rest at inv_*_bw."""
     rows = []
     for r in m.lookup:
-        b, f = float(r["bytes"]), _resident(r, cache_bytes, False)
-        rows.append([1.0, 0.0, b * (1 - f), 0.0, 0.0, 0.0, 0.0, _ids(r), b * f, 0.0])
+        b, f = float(r["bytes"]), _cached_bytes(r, cache_bytes, False)
+        rows.append([_launches(r), 0.0, b - f, 0.0, 0.0, 0.0, 0.0, _ids(r), f, 0.0])
     t = [float(r["seconds"]) for r in m.lookup]
     for r in m.backward:
-        b, f = float(r["bytes"]), _resident(r, cache_bytes, True)
-        rows.append([0.0, 1.0, 0.0, b * (1 - f), float(r["unique"]), float(r["lookups"]), 0.0,
-                     0.0, 0.0, b * f])
+        b, f = float(r["bytes"]), _cached_bytes(r, cache_bytes, True)
+        rows.append([0.0, _launches(r), 0.0, b - f, float(r["unique"]), float(r["lookups"]),
+                     0.0, 0.0, 0.0, f])
     t += [float(r["seconds"]) for r in m.backward]
+    main = _fit_seen_columns(np.array(rows), np.array(t), KERNEL_NAMES)
     cached = _cached_lookups(m)
-    rows += [[1.0, 0.0, float(r["hbm_fwd_bytes"]), 0.0, 0.0, 0.0, float(r["lookups"]),
-              float(r["lookups"]), 0.0, 0.0] for r in cached]
-    t += [float(r["lookup_seconds"]) for r in cached]
-    return _fit_seen_columns(np.array(rows), np.array(t), KERNEL_NAMES)
+    if not cached:
+        return main
+    # The hbm_cache lookups' probe, fitted second, over what the first fit prices of them
+    # (its launch, its hits' bytes, its ids): the probe points come from the host-tier
+    # microbenchmark, whose context differs from the executed plans' (executed.py); fitted
+    # jointly they pulled the launch and per-id terms their way.
+    x = np.array([[1.0, float(r["hbm_fwd_bytes"]), float(r["lookups"])] for r in cached])
+    tc = np.array([float(r["lookup_seconds"]) for r in cached])
+    base = x @ np.array([main.value(n) for n in ("piece_overhead_s", "inv_hbm_bw",
+                                                 "lookup_id_s")])
+    probe = fit_linear(x[:, 2:], tc, ("cache_probe_s",), offset=base)
+    values = dict(zip(main.names, main.values, strict=True))
+    stderr = dict(zip(main.names, main.stderr, strict=True))
+    ci = dict(zip(main.names, main.ci95, strict=True))
+    values["cache_probe_s"], stderr["cache_probe_s"] = probe.values[0], probe.stderr[0]
+    ci["cache_probe_s"] = probe.ci95[0]
+    pred = np.concatenate([np.array(rows) @ np.array([values[n] for n in KERNEL_NAMES]),
+                           base + x[:, 2] * values["cache_probe_s"]])
+    rel = np.abs(pred / np.concatenate([t, tc]) - 1.0)
+    return FitResult(names=KERNEL_NAMES, values=tuple(values[n] for n in KERNEL_NAMES),
+                     stderr=tuple(stderr[n] for n in KERNEL_NAMES),
+                     ci95=tuple(ci[n] for n in KERNEL_NAMES),
+                     rel_residual_median=float(np.median(rel)),
+                     rel_residual_p90=float(np.quantile(rel, 0.9)), points=len(rel),
+                     outliers=main.outliers + probe.outliers)
 
 
 HOST_NAMES = ("host_piece_overhead_s", "inv_host_bw", "inv_ssd_bw", "cache_step_s",

@@ -1,0 +1,147 @@
+"""Kernel timings from the executor itself: small table-wise plans run by `planner execute`.
+
+A piece's lookup and backward were first timed by microbenchmarks that call the executor's
+kernels (bench.py). However close those came to a rank's step (pinned ranks, a process
+group, all-to-alls between the phases), the executor's ranks ran their lookups about a third
+slower and their backwards 20-35% faster than the fit said (benchmarks/fidelity, e44ea03;
+re-scored in benchmarks/results/fidelity_rescore.md), for reasons not found. So the kernels
+are now timed where the plans run: each calibration plan gives every rank a few table-wise
+pieces of one shape (rows, dim, pooling, optimizer), the executor runs it (its warm-up, then
+timed steps: compute in the rank thread's CPU time, each phase's median over the steps and
+over `reps` executions, as `planner execute --compare` measures), and each rank's lookup and
+backward phase becomes one point: the sum, over its pieces, of the cost model's own terms
+(traffic.piece_traffic: bytes, ids, distinct rows), beside the measured seconds. The fit is
+then the model's form over the executor's own phases. The shapes span what scaled-down
+fixtures hold (30 to 200,000 rows, dims 16 to 128, bags of 1 to 80 ids, every optimizer);
+none is a plan benchmarks/fidelity scores.
+"""
+
+from collections.abc import Callable
+from typing import Any
+
+from cost_models.traffic import piece_traffic
+from cost_models.types import Optimizer
+from planner.presets import preset_dict
+
+# (pieces on the rank, rows, dim, pooling, optimizer): rank r of calibration plan i holds
+# SHAPES[(i * ranks + r) % len(SHAPES)], one table per piece, table-wise in HBM.
+SHAPES: tuple[tuple[int, int, int, int, Optimizer], ...] = (
+    (4, 100, 16, 1, Optimizer.ROWWISE_ADAGRAD),
+    (4, 4_000, 32, 20, Optimizer.ROWWISE_ADAGRAD),
+    (4, 10_000, 16, 1, Optimizer.SGD),
+    (3, 8_000, 128, 10, Optimizer.ADAGRAD),
+    (4, 4_000, 32, 80, Optimizer.ROWWISE_ADAGRAD),
+    (4, 1_000, 64, 4, Optimizer.ADAM),
+    (8, 1_000, 16, 1, Optimizer.ROWWISE_ADAGRAD),
+    (2, 50_000, 64, 8, Optimizer.SGD),
+    (4, 20_000, 32, 20, Optimizer.ADAM),
+    (6, 200, 16, 2, Optimizer.ROWWISE_ADAGRAD),
+    (3, 8_000, 128, 30, Optimizer.ROWWISE_ADAGRAD),
+    (4, 4_000, 16, 40, Optimizer.ADAGRAD),
+    (1, 200_000, 64, 8, Optimizer.ROWWISE_ADAGRAD),
+    (6, 30, 32, 1, Optimizer.SGD),
+    (2, 2_000, 128, 4, Optimizer.ROWWISE_ADAGRAD),
+    (5, 500, 64, 16, Optimizer.ADAM),
+)
+# Samples per rank of calibration plan i: BATCHES[i % len(BATCHES)].
+BATCHES = (128, 128, 32, 256, 64, 48, 96, 160)
+# Steps of each execution: measured (memory probe on, not timed), then timed.
+STEPS, TIMED_STEPS, WARMUP_STEPS = 2, 9, 2
+
+
+def plans_needed(ranks: int) -> int:
+    """Calibration plans that give every shape to some rank once."""
+    return -(-len(SHAPES) // max(1, ranks))
+
+
+def calibration_request(i: int, ranks: int, preset: str
+                        ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """(request, table plans) of calibration plan i on one host of `ranks` GPUs of `preset`:
+    rank r's pieces are SHAPES[(i * ranks + r) % len(SHAPES)]."""
+    tables, layout = [], []
+    for r in range(ranks):
+        count, rows, dim, pooling, opt = SHAPES[(i * ranks + r) % len(SHAPES)]
+        for j in range(count):
+            name = f"r{r}_{j}"
+            tables.append({"name": name, "num_embeddings": rows, "embedding_dim": dim,
+                           "pooling_factor": float(pooling),
+                           "access_frequency": {"kind": "uniform"}, "data_type": "fp32",
+                           "optimizer": str(opt)})
+            layout.append({"name": name, "sharding_type": "table_wise", "tier": "hbm",
+                           "pieces": [{"rank": r, "host": 0, "row_offset": 0,
+                                       "row_count": rows, "col_offset": 0,
+                                       "col_count": dim}]})
+    request = {"model": {"name": f"calibration_{i}", "tables": tables,
+                         "batch_size_per_gpu": BATCHES[i % len(BATCHES)]},
+               "hardware": {**preset_dict(preset), "hosts": 1, "gpus_per_host": ranks},
+               "options": {"solver": "greedy"}}
+    return request, layout
+
+
+def _pieces_of(plan: Any) -> list[list[dict[str, float]]]:
+    """Per rank: each of its pieces' rows, dim, optimizer and the model's forward and
+    backward terms (traffic.piece_traffic: hbm bytes, ids, distinct rows updated)."""
+    from planner.planning import resolve
+    from planner.problem import build_problem
+
+    problem = build_problem(resolve(plan.request))
+    out: list[list[dict[str, Any]]] = [[] for _ in range(problem.hw.world_size)]
+    for t, info in zip(plan.tables, problem.tables, strict=True):
+        for p in t.pieces:
+            tr = piece_traffic(info.geom, t.sharding_type, t.tier, 1.0, p.row_count,
+                               p.col_count, problem.hw, problem.model)
+            out[p.rank].append({"rows": p.row_count, "dim": p.col_count,
+                                "optimizer": str(info.geom.optimizer),
+                                "fwd_bytes": tr.hbm_fwd, "bwd_bytes": tr.hbm_bwd,
+                                "lookups": tr.lookups, "unique": tr.updated_rows})
+    return out
+
+
+def bench_executed(ranks: int, device: str, preset: str, reps: int,
+                   tick: Callable[[], None], plans: int | None = None
+                   ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(lookup points, backward points): one per rank of each calibration plan, its pieces
+    summed (`launches` pieces; `parts` each piece's shape and bytes, for the device-cache
+    split), its seconds the executor's measured phase. `plans`: how many (default: every
+    shape once)."""
+    from planner.executor.compare import compare
+    from planner.executor.job import RunOptions
+    from planner.executor.run import execute
+    from planner.plan_model import PlanLayout
+    from planner.planning import evaluate, resolve
+
+    lookup, backward = [], []
+    opts = RunOptions(steps=STEPS, timed_steps=TIMED_STEPS, warmup_steps=WARMUP_STEPS,
+                      device=device, keep_outputs=False, collective_timeout_s=120)
+    planned = []
+    for i in range(plans_needed(ranks) if plans is None else plans):
+        request, layout = calibration_request(i, ranks, preset)
+        planned.append(evaluate(PlanLayout.model_validate(
+            {"schema_version": "1", "request": resolve(request).model_dump(mode="json"),
+             "tables": layout})))
+    # In rounds, every plan once a round: a slow spell of a shared machine (minutes long)
+    # falls on every plan alike, not on one plan's every execution. A rank that fails
+    # raises here (launch.py), as `planner execute` reports it.
+    runs: list[list[Any]] = [[] for _ in planned]
+    for _ in range(reps):
+        for i, p in enumerate(planned):
+            runs[i].append(execute(p, opts, reference=False, timeout_s=600))
+            tick()
+    for i, p in enumerate(planned):
+        cmp = compare(p, runs[i][0].ranks, device, collective_clock="wall",
+                      repeats=[r.ranks for r in runs[i][1:]])
+        for row, parts in zip(cmp["ranks"], _pieces_of(p), strict=True):
+            measured = {ph: v["measured"] for ph, v in row["phases"].items()}
+            shape = {"plan": i, "rank": row["rank"], "launches": float(len(parts)),
+                     "lookups": sum(x["lookups"] for x in parts)}
+            lookup.append({**shape, "bytes": sum(x["fwd_bytes"] for x in parts),
+                           "seconds": measured["lookup"],
+                           "parts": [{"rows": x["rows"], "dim": x["dim"],
+                                      "bytes": x["fwd_bytes"]} for x in parts]})
+            backward.append({**shape, "bytes": sum(x["bwd_bytes"] for x in parts),
+                             "unique": sum(x["unique"] for x in parts),
+                             "seconds": measured["backward"],
+                             "parts": [{"rows": x["rows"], "dim": x["dim"],
+                                        "optimizer": x["optimizer"], "bytes": x["bwd_bytes"]}
+                                       for x in parts]})
+    return lookup, backward
