@@ -136,6 +136,9 @@ def test_calibrate_command_writes_a_profile_plan_accepts(tmp_path: Path) -> None
     HardwareSpec.model_validate(json.loads(out.read_text()))
     prov = json.loads(out.with_suffix(".provenance.json").read_text())
     assert prov["device"] == "cpu" and prov["measurements"]["alltoall"]
+    # Lookups and backwards from the executed calibration plans: one point per rank each.
+    assert len(prov["measurements"]["lookup"]) == 4 * 2
+    assert all(pt["seconds"] > 0 and pt["parts"] for pt in prov["measurements"]["backward"])
     p = CliRunner().invoke(app, ["plan", "criteo_kaggle", "--hardware", str(out)])
     assert p.exit_code == 0, p.output
 
@@ -237,3 +240,107 @@ def test_device_cache_size_and_speed_recovered_from_a_machine_with_one() -> None
     assert (fit.value("inv_backward_bw") / fit.value("inv_backward_cached_bw")
             == pytest.approx(5, rel=0.15))
     assert tried[0].rel_residual_median > 5 * fit.rel_residual_median
+
+
+def test_rank_phases_of_several_pieces_recover_known_constants() -> None:
+    """Points as the executed calibration plans give them (executed.py): a rank's phase over
+    its pieces, each piece its own launch, the cache split per piece by its own table's
+    rows. The fit recovers the launch, per-id and both bandwidths."""
+    from cost_models.sizes import optimizer_state_row_bytes
+    from cost_models.traffic import device_resident
+    from cost_models.types import Optimizer
+
+    cache, launch, per_id, inv_f, inv_c = 1 << 20, 6e-5, 3e-9, 1 / 5e9, 1 / 50e9
+    up, row_s, inv_b = 2e-4, 2e-7, 1 / 2e9
+    rng = np.random.default_rng(5)
+    m = Measurements()
+    shapes = [(rows, dim, pool) for rows in (100, 3_000, 40_000, 300_000) for dim in (16, 128)
+              for pool in (1, 20)]
+    for i, (rows, dim, pool) in enumerate(shapes):
+        k = 1 + i % 5  # pieces on the rank
+        n = 512 * pool  # ids a piece looks up
+        b = n * (dim * 4 + 8)
+        f = device_resident(cache, rows, dim * 4)
+        parts = [{"rows": rows, "dim": dim, "bytes": b}] * k
+        m.lookup.append({"launches": float(k), "lookups": float(k * n), "bytes": k * b,
+                         "parts": parts, "seconds": k * (launch + n * per_id + b * (1 - f)
+                                                         * inv_f + b * f * inv_c)
+                         * (1 + 0.01 * rng.standard_normal())})
+        opt = Optimizer.ADAGRAD
+        row = dim * 4 + optimizer_state_row_bytes(opt, dim)
+        u = min(rows, n) * 0.9
+        bb = u * 2 * row + n * 4 * dim
+        m.backward.append({"launches": float(k), "lookups": float(k * n), "bytes": k * bb,
+                           "unique": k * u, "seconds": k * (up + u * row_s + bb * inv_b)
+                           * (1 + 0.01 * rng.standard_normal()),
+                           "parts": [{"rows": rows, "dim": dim, "optimizer": str(opt),
+                                      "bytes": bb}] * k})
+    fit = fit_kernels(m, cache)
+    for name, true in (("piece_overhead_s", launch), ("lookup_id_s", per_id),
+                       ("inv_hbm_bw", inv_f), ("inv_hbm_cached_bw", inv_c),
+                       ("update_launch_s", up), ("update_row_s", row_s)):
+        assert fit.value(name) == pytest.approx(true, rel=0.15), name
+    # Counted as one piece each, the same phases cannot be fitted as well.
+    single = Measurements(lookup=[{k: v for k, v in pt.items() if k != "launches"}
+                                  for pt in m.lookup], backward=m.backward)
+    assert fit_kernels(single, cache).rel_residual_p90 > 10 * fit.rel_residual_p90
+
+
+def test_calibration_plans_give_each_rank_its_shape() -> None:
+    """executed.calibration_request: rank r of plan i holds SHAPES[(i * ranks + r) % n],
+    table-wise, and every shape is some rank's in plans_needed(ranks) plans; the model's
+    terms a point sums are its pieces' ids and bytes (uniform fp32 rows: ids x (row + id))."""
+    from planner.calibration.executed import (
+        BATCHES,
+        SHAPES,
+        _pieces_of,
+        calibration_request,
+        plans_needed,
+    )
+    from planner.plan_model import PlanLayout
+    from planner.planning import evaluate, resolve
+
+    seen = set()
+    for i in range(plans_needed(2)):
+        request, layout = calibration_request(i, 2, "h100")
+        for r in range(2):
+            shape = SHAPES[(i * 2 + r) % len(SHAPES)]
+            seen.add(shape)
+            mine = [t for t in layout if t["pieces"][0]["rank"] == r]
+            assert len(mine) == shape[0]
+            assert all(t["sharding_type"] == "table_wise" for t in mine)
+    assert seen == set(SHAPES)
+    request, layout = calibration_request(1, 2, "h100")
+    plan = evaluate(PlanLayout.model_validate(
+        {"schema_version": "1", "request": resolve(request).model_dump(mode="json"),
+         "tables": layout}))
+    batch = BATCHES[1]
+    for r, pieces in enumerate(_pieces_of(plan)):
+        _count, _rows, dim, pooling, _opt = SHAPES[2 + r]
+        for pc in pieces:
+            ids = batch * 2 * pooling  # every rank's samples, one bag of `pooling` each
+            assert pc["lookups"] == ids
+            assert pc["fwd_bytes"] == ids * (dim * 4 + 8)
+
+
+def test_a_cache_whose_reads_cost_per_id_is_credible_though_its_bytes_are_free() -> None:
+    """Executed lookups of tables under 1 MiB cost their launch and ~6 ns per id whatever
+    their bytes (measured here): a fit with the cache's bytes at ~0 and a per-id time is a
+    cache the model can run. Without any per-id or per-row time, bytes nearly free are the
+    launch terms absorbing a lookup: not credible."""
+    from planner.calibration.fit import FitResult
+    from planner.calibration.profile import KERNEL_NAMES, credible_cache
+
+    def fit(**values: float) -> FitResult:
+        v = {"inv_hbm_bw": 1.5e-10, "inv_backward_bw": 5e-10, "inv_hbm_cached_bw": 1e-22,
+             "inv_backward_cached_bw": 4e-10, "lookup_id_s": 6e-9, **values}
+        vals = tuple(v.get(n, 0.0) for n in KERNEL_NAMES)
+        return FitResult(KERNEL_NAMES, vals, vals, tuple((x, x) for x in vals), 0.05, 0.1,
+                         40, 0)
+
+    assert credible_cache(fit())
+    assert not credible_cache(fit(lookup_id_s=1e-19))  # the solver's zero
+    assert credible_cache(fit(lookup_id_s=0.0, inv_hbm_cached_bw=1e-12))  # 150x: a cache
+    assert not credible_cache(fit(inv_backward_cached_bw=0.0))  # nothing prices its rows
+    assert credible_cache(fit(inv_backward_cached_bw=0.0, update_row_s=1e-7))
+    assert not credible_cache(fit(inv_hbm_bw=0.0))  # no memory behind the cache

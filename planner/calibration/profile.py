@@ -101,26 +101,38 @@ def _ids(r: dict[str, Any]) -> float:
 # memory behind it (here a 100-row table's lookups cost 10-15x less per id than a
 # 200,000-row table's).
 MAX_CACHE_FACTOR = 1_000.0
+# The terms that price a cache's reads per id or per row, beside its bytes: where one is
+# fitted, cached bytes may cost next to nothing (measured: executed lookups of tables under
+# 1 MiB cost their launch and ~6 ns per id whatever their bytes, larger ones 7 GB/s more).
+# A fitted value under PER_ITEM_FLOOR_S is the solver's zero.
+_PER_ITEM = {"inv_hbm_cached_bw": ("lookup_id_s",),
+             "inv_backward_cached_bw": ("update_row_s", "backward_id_s")}
+PER_ITEM_FLOOR_S = 1e-12
 # Each device-cache factor and the two fitted inverse bandwidths it is the ratio of.
 _CACHE_FACTORS = (("device_cache_fwd_factor", "inv_hbm_bw", "inv_hbm_cached_bw"),
                   ("device_cache_bwd_factor", "inv_backward_bw", "inv_backward_cached_bw"))
+
+
+def credible_cache(f: FitResult) -> bool:
+    """Whether a kernel fit with a device-cache level prices it as a cache can run: the
+    memory behind it costs something, and the cache serves its bytes at most
+    MAX_CACHE_FACTOR times faster, or a per-id (forward) or per-row (backward) term prices
+    its reads instead."""
+    return all(f.value(slow) > 0 and (f.value(fast) * MAX_CACHE_FACTOR >= f.value(slow) or any(
+        f.value(n) > PER_ITEM_FLOOR_S for n in _PER_ITEM[fast]))
+        for _, slow, fast in _CACHE_FACTORS)
 
 
 def choose_device_cache(m: Measurements, levels: list[int]
                         ) -> tuple[int, dict[int, FitResult]]:
     """The device cache's size: none, or the cache level whose kernel fit has the smallest
     median residual (a level must beat none by a point to be taken, and must price the bytes
-    it serves at most MAX_CACHE_FACTOR times faster than the memory behind it: a fit that
-    makes them nearly free is not a cache but the launch terms absorbing a lookup; it came
-    out so, at the 1e4 cap, in two calibrations here); every fit tried."""
+    it serves at most MAX_CACHE_FACTOR times faster than the memory behind it, unless a per-id
+    (forward) or per-row (backward) term prices its reads instead: a fit that makes cached
+    bytes nearly free with nothing else per id is not a cache but the launch terms absorbing
+    a lookup; it came out so, at the 1e4 cap, in two calibrations here); every fit tried."""
     tried = {c: fit_kernels(m, c) for c in [0, *levels]}
-
-    def credible(c: int) -> bool:
-        f = tried[c]
-        return c == 0 or all(f.value(fast) * MAX_CACHE_FACTOR >= f.value(slow) > 0
-                             for _, slow, fast in _CACHE_FACTORS)
-
-    best = min((c for c in tried if credible(c)),
+    best = min((c for c in tried if c == 0 or credible_cache(tried[c])),
                key=lambda c: (tried[c].rel_residual_median + (0.0 if c == 0 else 0.01), c))
     return best, tried
 
