@@ -52,22 +52,30 @@ def _measure(plan: Any, batch: int) -> dict[str, Any]:
             "checks_failed": [c.name for c in rep.checks if not c.ok]}
 
 
+def scaled_request(fixture: str, scale: float, batch: int) -> dict[str, Any]:
+    """The fixture's model as the job that runs: every table's rows times `scale` (at least
+    one), `batch` samples per rank."""
+    from planner.presets import fixture_text
+
+    model = json.loads(fixture_text(fixture))
+    for t in model["tables"]:
+        t["num_embeddings"] = max(1, round(t["num_embeddings"] * scale))
+    model["batch_size_per_gpu"] = batch
+    return model
+
+
 def run_case(fixture: str, hosts: int, gpus: int, scale: float, batch: int,
              hardware: dict[str, Any]) -> dict[str, Any]:
     import planner
     from planner.interop import TorchRecProblem, export_from_sharding_plan, layout_from_torchrec
     from planner.planning import evaluate, resolve
-    from planner.presets import fixture_text
 
     hw = json.loads(json.dumps(hardware))
     hw.update(hosts=hosts, gpus_per_host=gpus)
     row: dict[str, Any] = {"fixture": fixture, "hosts": hosts, "gpus_per_host": gpus,
                            "scale_rows": scale, "batch": batch}
-    model = json.loads(fixture_text(fixture))
-    for t in model["tables"]:
-        t["num_embeddings"] = max(1, round(t["num_embeddings"] * scale))
-    model["batch_size_per_gpu"] = batch
-    req = resolve({"model": model, "hardware": hw, "options": {"solver": "auto"}})
+    req = resolve({"model": scaled_request(fixture, scale, batch), "hardware": hw,
+                   "options": {"solver": "auto"}})
     plans: dict[str, Any] = {"ours": planner.plan(req)}
     try:
         tr = export_from_sharding_plan(TorchRecProblem.of(req).plan(), hosts * gpus, gpus)
