@@ -344,3 +344,45 @@ def test_a_cache_whose_reads_cost_per_id_is_credible_though_its_bytes_are_free()
     assert not credible_cache(fit(inv_backward_cached_bw=0.0))  # nothing prices its rows
     assert credible_cache(fit(inv_backward_cached_bw=0.0, update_row_s=1e-7))
     assert not credible_cache(fit(inv_hbm_bw=0.0))  # no memory behind the cache
+
+
+def test_the_kernel_fit_inverts_the_model_on_the_calibration_plans() -> None:
+    """Each calibration plan priced by the model (planning.evaluate, cost.traffic_cost) under
+    known constants, its GPUs' lookup and backward seconds taken as if measured: the points
+    executed.rank_points builds from them, fitted, give those constants back. So a rank's
+    point sums what the model sums for that GPU (launches, bytes, ids, distinct rows, the
+    device cache's split), by another path than the model's own."""
+    import copy
+
+    from planner.calibration.executed import calibration_request, plans_needed, rank_points
+    from planner.plan_model import PlanLayout
+    from planner.planning import evaluate, resolve
+
+    known = {"piece_overhead_s": 6e-5, "lookup_id_s": 5e-9, "update_launch_s": 2e-4,
+             "update_row_s": 1e-7, "backward_id_s": 3e-8, "hbm_efficiency": 0.004,
+             "backward_efficiency": 0.25, "device_cache_bytes": 1 << 20,
+             "device_cache_fwd_factor": 20.0, "device_cache_bwd_factor": 4.0}
+    m = Measurements()
+    for i in range(plans_needed(2)):
+        request, layout = calibration_request(i, 2, "h100")
+        request = copy.deepcopy(request)
+        request["hardware"]["constants"] = {**request["hardware"].get("constants", {}),
+                                            **known}
+        plan = evaluate(PlanLayout.model_validate(
+            {"schema_version": "1", "request": resolve(request).model_dump(mode="json"),
+             "tables": layout}))
+        gpus = sorted(plan.gpus, key=lambda g: g.rank)
+        lk, bw = rank_points(plan, [{"lookup": g.cost.lookup_s, "backward": g.cost.backward_s}
+                                    for g in gpus])
+        m.lookup += lk
+        m.backward += bw
+    fit = fit_kernels(m, 1 << 20)
+    eff = request["hardware"]["gpu"]["hbm_bandwidth_gb_per_s"] * 1e9 * known["hbm_efficiency"]
+    for name, true in (("piece_overhead_s", 6e-5), ("lookup_id_s", 5e-9),
+                       ("update_launch_s", 2e-4), ("update_row_s", 1e-7),
+                       ("backward_id_s", 3e-8), ("inv_hbm_bw", 1 / eff),
+                       ("inv_hbm_cached_bw", 1 / eff / 20),
+                       ("inv_backward_bw", 1 / (eff * 0.25)),
+                       ("inv_backward_cached_bw", 1 / (eff * 0.25) / 4)):
+        assert fit.value(name) == pytest.approx(true, rel=1e-3), name
+    assert fit.rel_residual_p90 < 1e-6

@@ -97,6 +97,28 @@ def _pieces_of(plan: Any) -> list[list[dict[str, float]]]:
     return out
 
 
+def rank_points(plan: Any, measured: list[dict[str, float]]
+                ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(lookup points, backward points) of one calibration plan: per rank, its `measured`
+    lookup and backward seconds beside the model's terms summed over its pieces
+    (`launches` pieces; `parts` each piece's shape and bytes, for the device-cache split)."""
+    lookup, backward = [], []
+    for rank, (seconds, parts) in enumerate(zip(measured, _pieces_of(plan), strict=True)):
+        shape = {"rank": rank, "launches": float(len(parts)),
+                 "lookups": sum(x["lookups"] for x in parts)}
+        lookup.append({**shape, "bytes": sum(x["fwd_bytes"] for x in parts),
+                       "seconds": seconds["lookup"],
+                       "parts": [{"rows": x["rows"], "dim": x["dim"], "bytes": x["fwd_bytes"]}
+                                 for x in parts]})
+        backward.append({**shape, "bytes": sum(x["bwd_bytes"] for x in parts),
+                         "unique": sum(x["unique"] for x in parts),
+                         "seconds": seconds["backward"],
+                         "parts": [{"rows": x["rows"], "dim": x["dim"],
+                                    "optimizer": x["optimizer"], "bytes": x["bwd_bytes"]}
+                                   for x in parts]})
+    return lookup, backward
+
+
 def bench_executed(ranks: int, device: str, preset: str, reps: int,
                    tick: Callable[[], None], plans: int | None = None
                    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -130,18 +152,9 @@ def bench_executed(ranks: int, device: str, preset: str, reps: int,
     for i, p in enumerate(planned):
         cmp = compare(p, runs[i][0].ranks, device, collective_clock="wall",
                       repeats=[r.ranks for r in runs[i][1:]])
-        for row, parts in zip(cmp["ranks"], _pieces_of(p), strict=True):
-            measured = {ph: v["measured"] for ph, v in row["phases"].items()}
-            shape = {"plan": i, "rank": row["rank"], "launches": float(len(parts)),
-                     "lookups": sum(x["lookups"] for x in parts)}
-            lookup.append({**shape, "bytes": sum(x["fwd_bytes"] for x in parts),
-                           "seconds": measured["lookup"],
-                           "parts": [{"rows": x["rows"], "dim": x["dim"],
-                                      "bytes": x["fwd_bytes"]} for x in parts]})
-            backward.append({**shape, "bytes": sum(x["bwd_bytes"] for x in parts),
-                             "unique": sum(x["unique"] for x in parts),
-                             "seconds": measured["backward"],
-                             "parts": [{"rows": x["rows"], "dim": x["dim"],
-                                        "optimizer": x["optimizer"], "bytes": x["bwd_bytes"]}
-                                       for x in parts]})
+        measured = [{ph: v["measured"] for ph, v in row["phases"].items()}
+                    for row in sorted(cmp["ranks"], key=lambda row: row["rank"])]
+        lk, bw = rank_points(p, measured)
+        lookup += [{"plan": i, **pt} for pt in lk]
+        backward += [{"plan": i, **pt} for pt in bw]
     return lookup, backward
