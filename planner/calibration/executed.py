@@ -1,19 +1,19 @@
 """Kernel timings from the executor itself: small table-wise plans run by `planner execute`.
 
-A piece's lookup and backward were first timed by microbenchmarks that call the executor's
-kernels (bench.py). However close those came to a rank's step (pinned ranks, a process
-group, all-to-alls between the phases), the executor's ranks ran their lookups about a third
-slower and their backwards 20-35% faster than the fit said (benchmarks/fidelity, e44ea03;
-re-scored in benchmarks/results/fidelity_rescore.md), for reasons not found. So the kernels
-are now timed where the plans run: each calibration plan gives every rank a few table-wise
-pieces of one shape (rows, dim, pooling, optimizer), the executor runs it (its warm-up, then
-timed steps: compute in the rank thread's CPU time, each phase's median over the steps and
-over `reps` executions, as `planner execute --compare` measures), and each rank's lookup and
-backward phase becomes one point: the sum, over its pieces, of the cost model's own terms
-(traffic.piece_traffic: bytes, ids, distinct rows), beside the measured seconds. The fit is
-then the model's form over the executor's own phases. The shapes span what scaled-down
-fixtures hold (30 to 200,000 rows, dims 16 to 128, bags of 1 to 80 ids, every optimizer);
-none is a plan benchmarks/fidelity scores.
+A piece's lookup and backward were first timed by microbenchmarks that called the executor's
+kernels (bench.py, until 1501bfd). However close those came to a rank's step (pinned ranks,
+a process group, all-to-alls between the phases), the executor's ranks ran their lookups
+about a third slower and their backwards 20-35% faster than the fit said
+(benchmarks/fidelity, e44ea03; re-scored in benchmarks/results/fidelity_rescore.md), for
+reasons not found. So the kernels are now timed where the plans run: each calibration plan
+gives every rank a few table-wise pieces of one shape (rows, dim, pooling, optimizer), the
+executor runs it (its warm-up, then timed steps: compute in the rank thread's CPU time, each
+phase's median over the steps and over `reps` executions, as `planner execute --compare`
+measures), and each rank's lookup and backward phase becomes one point: the sum, over its
+pieces, of the cost model's own terms (traffic.piece_traffic: bytes, ids, distinct rows),
+beside the measured seconds. The fit is then the model's form over the executor's own
+phases. The shapes span what scaled-down fixtures hold (30 to 200,000 rows, dims 16 to 128,
+bags of 1 to 80 ids, every optimizer); none is a plan benchmarks/fidelity scores.
 """
 
 from collections.abc import Callable
@@ -21,6 +21,7 @@ from typing import Any
 
 from cost_models.traffic import piece_traffic
 from cost_models.types import Optimizer
+from planner.plan_model import Plan
 from planner.presets import preset_dict
 
 # (pieces on the rank, rows, dim, pooling, optimizer): rank r of calibration plan i holds
@@ -78,7 +79,7 @@ def calibration_request(i: int, ranks: int, preset: str
     return request, layout
 
 
-def _pieces_of(plan: Any) -> list[list[dict[str, float]]]:
+def _pieces_of(plan: Plan) -> list[list[dict[str, float]]]:
     """Per rank: each of its pieces' rows, dim, optimizer and the model's forward and
     backward terms (traffic.piece_traffic: hbm bytes, ids, distinct rows updated)."""
     from planner.planning import resolve
@@ -97,7 +98,7 @@ def _pieces_of(plan: Any) -> list[list[dict[str, float]]]:
     return out
 
 
-def rank_points(plan: Any, measured: list[dict[str, float]]
+def rank_points(plan: Plan, measured: list[dict[str, float]]
                 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(lookup points, backward points) of one calibration plan: per rank, its `measured`
     lookup and backward seconds beside the model's terms summed over its pieces
@@ -128,14 +129,14 @@ def bench_executed(ranks: int, device: str, preset: str, reps: int,
     shape once)."""
     from planner.executor.compare import compare
     from planner.executor.job import RunOptions
-    from planner.executor.run import execute
+    from planner.executor.run import ExecutionReport, execute
     from planner.plan_model import PlanLayout
     from planner.planning import evaluate, resolve
 
     lookup, backward = [], []
     opts = RunOptions(steps=STEPS, timed_steps=TIMED_STEPS, warmup_steps=WARMUP_STEPS,
                       device=device, keep_outputs=False, collective_timeout_s=120)
-    planned = []
+    planned: list[Plan] = []
     for i in range(plans_needed(ranks) if plans is None else plans):
         request, layout = calibration_request(i, ranks, preset)
         planned.append(evaluate(PlanLayout.model_validate(
@@ -144,7 +145,7 @@ def bench_executed(ranks: int, device: str, preset: str, reps: int,
     # In rounds, every plan once a round: a slow spell of a shared machine (minutes long)
     # falls on every plan alike, not on one plan's every execution. A rank that fails
     # raises here (launch.py), as `planner execute` reports it.
-    runs: list[list[Any]] = [[] for _ in planned]
+    runs: list[list[ExecutionReport]] = [[] for _ in planned]
     for _ in range(reps):
         for i, p in enumerate(planned):
             runs[i].append(execute(p, opts, reference=False, timeout_s=600))
