@@ -101,9 +101,13 @@ def traffic_cost(t: PieceTraffic, hw: HardwareProfile) -> CostBreakdown:
 
 def step_fixed(hw: HardwareProfile) -> CostBreakdown:
     """Seconds every GPU pays per step whatever it holds: the all-to-all calls' latency
-    (latency.py). The partitioner's loads start from it (LoadState), the bound counts it."""
+    (latency.py) and its compute phases' start after them (lookup_start_s,
+    backward_start_s). The partitioner's loads start from it (LoadState), the bound counts
+    it."""
     inp, out = latency.step_a2a_s(hw)
-    return CostBreakdown(input_a2a=inp, output_a2a=out)
+    c = hw.constants
+    return CostBreakdown(input_a2a=inp, output_a2a=out, lookup=c.lookup_start_s,
+                         backward=c.backward_start_s)
 
 
 def piece_cost(

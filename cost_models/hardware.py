@@ -90,6 +90,11 @@ class CostConstants:
     cache_slot_s: cache_miss time per cache slot per step: the executor re-ranks every held
         row once a batch (store.py end_step), where FBGEMM's cache works per missed id. 0 in
         the presets; planner calibrate fits it on the executor's caches.
+    lookup_start_s, backward_start_s: the extra time of the first piece a GPU runs in its
+        step's lookup (backward) phase, which comes right after an all-to-all: once per GPU
+        and step, whatever it holds (cost.step_fixed). On this CPU the first lookup after a
+        gloo all-to-all ran 40-120 us over the next ones (planner calibrate's compute
+        ranks, measured). 0 in the presets; planner calibrate fits them.
     """
 
     hbm_efficiency: float = 0.55
@@ -118,6 +123,8 @@ class CostConstants:
     device_cache_fwd_factor: float = 1.0
     device_cache_bwd_factor: float = 1.0
     cache_probe_s: float = 0.0
+    lookup_start_s: float = 0.0
+    backward_start_s: float = 0.0
     cache_step_s: float = 0.0
     allreduce_table_hop_s: float = 0.0
     cache_slot_s: float = 0.0

@@ -225,7 +225,13 @@ def check_plan(plan: Plan, strict: bool = False, proof_budget: float | None = No
         for r in range(w):
             costs[r] = (costs[r] or CostBreakdown()) + CostBreakdown(input_a2a=2 * call,
                                                                      output_a2a=4 * call)
-    elif not steps and (own := problem.estimator.fixed()) != CostBreakdown():
+    if steps and (hw.constants.lookup_start_s or hw.constants.backward_start_s):
+        # Each compute phase's first piece, after an all-to-all: once per GPU and step.
+        start = CostBreakdown(lookup=hw.constants.lookup_start_s,
+                              backward=hw.constants.backward_start_s)
+        for r in range(w):
+            costs[r] = (costs[r] or CostBreakdown()) + start
+    if not steps and (own := problem.estimator.fixed()) != CostBreakdown():
         # An estimator with fixed seconds of its own: taken as it states them.
         for r in range(w):
             costs[r] = (costs[r] or CostBreakdown()) + own

@@ -6,6 +6,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from planner import plan
 from planner.check import check_plan
 from planner.hashing import plan_hash_of
@@ -97,3 +99,23 @@ def test_cli_check_strict_fails_an_unverified_claim(tmp_path: Path) -> None:
 def _cli(args: list[str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "planner.cli", *args], capture_output=True,
                           text=True, timeout=300)
+
+
+def test_phase_start_terms_are_recomputed_on_every_gpu() -> None:
+    """A profile's lookup_start_s and backward_start_s (calibrate fits them) are charged
+    once per GPU and step; the checker counts them from the constants on its own, so a
+    plan that left them out, or counted them twice, fails."""
+    req = fixture_request("deeprecsys_rm2", 2)
+    req["hardware"]["overrides"] = {"constants": {"lookup_start_s": 2e-4,
+                                                  "backward_start_s": 3e-4}}
+    d = plan(req).model_dump(mode="json")
+    base = plan(fixture_request("deeprecsys_rm2", 2)).model_dump(mode="json")
+    assert _errors(d, rehash=False) == []
+    for g in d["gpus"]:
+        assert g["cost"]["lookup_s"] >= 2e-4 and g["cost"]["backward_s"] >= 3e-4
+    if [t["pieces"] for t in d["tables"]] == [t["pieces"] for t in base["tables"]]:
+        # The same layout: every GPU's lookup is the preset's plus the start, exactly.
+        for g, h in zip(d["gpus"], base["gpus"], strict=True):
+            assert g["cost"]["lookup_s"] - h["cost"]["lookup_s"] == pytest.approx(2e-4)
+    d["gpus"][0]["cost"]["lookup_s"] -= 2e-4  # as if the start were left out on GPU 0
+    assert any(e.startswith("gpus[0].cost.lookup_s: plan says") for e in _errors(d))

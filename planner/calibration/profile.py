@@ -5,8 +5,11 @@ Three fits, each of the cost model's own form (cost.py, latency.py):
   backward t = update_launch_s + bytes / (eff_hbm_bw * backward_efficiency) + update_row_s
   * distinct rows + backward_id_s * ids, each summed over a rank's pieces: the time is a
   rank's lookup or backward phase in an executed calibration plan (executed.py), the
-  terms the model's own (traffic.piece_traffic). Then cache_probe_s per id of an hbm_cache
-  piece, over what that fit prices of the host-tier benchmark's cached lookups.
+  terms the model's own (traffic.piece_traffic), plus lookup_start_s or backward_start_s
+  once per phase (a step's fixed cost per GPU, cost.step_fixed: the calibration plans hold
+  1 to 8 pieces a rank, which tells it from the per-piece launch). Then cache_probe_s per
+  id of an hbm_cache piece, over what that fit prices of the host-tier benchmark's cached
+  lookups.
 - host tiers: a ddr, hbm_cache or ssd piece's cache_miss time per step,
   t = host_piece_overhead_s + host bytes / eff_host_read_bw + SSD bytes / eff_ssd_bw +
   (a cached piece) cache_step_s + cache_slot_s * cache slots (the bytes and slots:
@@ -42,7 +45,8 @@ from planner.presets import preset_dict
 
 KERNEL_NAMES = ("piece_overhead_s", "update_launch_s", "inv_hbm_bw", "inv_backward_bw",
                 "update_row_s", "backward_id_s", "cache_probe_s", "lookup_id_s",
-                "inv_hbm_cached_bw", "inv_backward_cached_bw")
+                "inv_hbm_cached_bw", "inv_backward_cached_bw", "lookup_start_s",
+                "backward_start_s")
 
 
 def cache_levels() -> list[int]:
@@ -81,6 +85,13 @@ def _cached_bytes(r: dict[str, Any], cache_bytes: int, backward: bool) -> float:
 def _cached_lookups(m: Measurements) -> list[dict[str, Any]]:
     """The hbm_cache points' lookup phases (their probe and the pool of their hits)."""
     return [r for r in m.host if r["tier"] == "hbm_cache" and "lookup_seconds" in r]
+
+
+def _phases(r: dict[str, Any]) -> float:
+    """A rank's phase (an executed plan's point, `parts` listed): its step's start, once per
+    GPU and step (lookup_start_s, backward_start_s; cost.step_fixed); 0 for a single
+    piece's microbenchmark point."""
+    return 1.0 if "parts" in r else 0.0
 
 
 def _launches(r: dict[str, Any]) -> float:
@@ -147,12 +158,13 @@ def fit_kernels(m: Measurements, cache_bytes: int = 0) -> FitResult:
     rows = []
     for r in m.lookup:
         b, f = float(r["bytes"]), _cached_bytes(r, cache_bytes, False)
-        rows.append([_launches(r), 0.0, b - f, 0.0, 0.0, 0.0, 0.0, _ids(r), f, 0.0])
+        rows.append([_launches(r), 0.0, b - f, 0.0, 0.0, 0.0, 0.0, _ids(r), f, 0.0,
+                     _phases(r), 0.0])
     t = [float(r["seconds"]) for r in m.lookup]
     for r in m.backward:
         b, f = float(r["bytes"]), _cached_bytes(r, cache_bytes, True)
         rows.append([0.0, _launches(r), 0.0, b - f, float(r["unique"]), float(r["lookups"]),
-                     0.0, 0.0, 0.0, f])
+                     0.0, 0.0, 0.0, f, 0.0, _phases(r)])
     t += [float(r["seconds"]) for r in m.backward]
     main = _fit_seen_columns(np.array(rows), np.array(t), KERNEL_NAMES)
     cached = _cached_lookups(m)

@@ -240,6 +240,15 @@ class ConstantsSpec(StrictModel):
             "Cache upkeep per cache slot per step, charged to cache_miss (the executor "
             "re-ranks its held rows once a batch), in seconds (0: none; planner calibrate "
             "fits it)."))
+    lookup_start_s: Seconds = Field(
+        _DEFAULT_CONSTANTS.lookup_start_s, description=(
+            "Extra time of a GPU's first lookup of a step, which follows an all-to-all; "
+            "once per GPU and step, in seconds (0: none; planner calibrate fits it)."))
+    backward_start_s: Seconds = Field(
+        _DEFAULT_CONSTANTS.backward_start_s, description=(
+            "Extra time of a GPU's first backward update of a step, which follows an "
+            "all-to-all; once per GPU and step, in seconds (0: none; planner calibrate fits "
+            "it)."))
 
     @model_serializer(mode="wrap")
     def _drop_unset_new_constants(self, handler: SerializerFunctionWrapHandler) -> Any:
@@ -248,7 +257,8 @@ class ConstantsSpec(StrictModel):
         data = drop_absent(handler(self), ("host_piece_overhead_s", "update_row_s",
                                            "backward_id_s", "lookup_id_s", "cache_probe_s",
                                            "cache_step_s", "cache_slot_s",
-                                           "allreduce_table_hop_s", "device_cache_bytes"),
+                                           "allreduce_table_hop_s", "device_cache_bytes",
+                                           "lookup_start_s", "backward_start_s"),
                            absent=0.0)
         return drop_absent(data, ("device_cache_fwd_factor", "device_cache_bwd_factor"),
                            absent=1.0)
