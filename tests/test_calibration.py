@@ -351,7 +351,8 @@ def test_the_kernel_fit_inverts_the_model_on_the_calibration_plans() -> None:
     known constants, its GPUs' lookup and backward seconds taken as if measured: the points
     executed.rank_points builds from them, fitted, give those constants back. So a rank's
     point sums what the model sums for that GPU (launches, bytes, ids, distinct rows, the
-    device cache's split), by another path than the model's own."""
+    device cache's split; and each GPU's phase start once, cost.step_fixed), by another
+    path than the model's own."""
     import copy
 
     from planner.calibration.executed import calibration_request, plans_needed, rank_points
@@ -361,7 +362,8 @@ def test_the_kernel_fit_inverts_the_model_on_the_calibration_plans() -> None:
     known = {"piece_overhead_s": 6e-5, "lookup_id_s": 5e-9, "update_launch_s": 2e-4,
              "update_row_s": 1e-7, "backward_id_s": 3e-8, "hbm_efficiency": 0.004,
              "backward_efficiency": 0.25, "device_cache_bytes": 1 << 20,
-             "device_cache_fwd_factor": 20.0, "device_cache_bwd_factor": 4.0}
+             "device_cache_fwd_factor": 20.0, "device_cache_bwd_factor": 4.0,
+             "lookup_start_s": 1.5e-4, "backward_start_s": 7e-4}
     m = Measurements()
     for i in range(plans_needed(2)):
         request, layout = calibration_request(i, 2, "h100")
@@ -383,6 +385,7 @@ def test_the_kernel_fit_inverts_the_model_on_the_calibration_plans() -> None:
                        ("backward_id_s", 3e-8), ("inv_hbm_bw", 1 / eff),
                        ("inv_hbm_cached_bw", 1 / eff / 20),
                        ("inv_backward_bw", 1 / (eff * 0.25)),
-                       ("inv_backward_cached_bw", 1 / (eff * 0.25) / 4)):
+                       ("inv_backward_cached_bw", 1 / (eff * 0.25) / 4),
+                       ("lookup_start_s", 1.5e-4), ("backward_start_s", 7e-4)):
         assert fit.value(name) == pytest.approx(true, rel=1e-3), name
     assert fit.rel_residual_p90 < 1e-6
