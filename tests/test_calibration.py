@@ -294,15 +294,15 @@ def test_calibration_plans_give_each_rank_its_shape() -> None:
         BATCHES,
         SHAPES,
         _pieces_of,
+        calibration_plan,
         calibration_request,
         plans_needed,
     )
-    from planner.plan_model import PlanLayout
-    from planner.planning import evaluate, resolve
+    from planner.presets import preset_dict
 
     seen = set()
     for i in range(plans_needed(2)):
-        request, layout = calibration_request(i, 2, "h100")
+        _request, layout = calibration_request(i, 2, preset_dict("h100"))
         for r in range(2):
             shape = SHAPES[(i * 2 + r) % len(SHAPES)]
             seen.add(shape)
@@ -310,10 +310,7 @@ def test_calibration_plans_give_each_rank_its_shape() -> None:
             assert len(mine) == shape[0]
             assert all(t["sharding_type"] == "table_wise" for t in mine)
     assert seen == set(SHAPES)
-    request, layout = calibration_request(1, 2, "h100")
-    plan = evaluate(PlanLayout.model_validate(
-        {"schema_version": "1", "request": resolve(request).model_dump(mode="json"),
-         "tables": layout}))
+    plan = calibration_plan(1, 2, preset_dict("h100"))
     batch = BATCHES[1]
     for r, pieces in enumerate(_pieces_of(plan)):
         _count, _rows, dim, pooling, _opt = SHAPES[2 + r]
@@ -353,33 +350,26 @@ def test_the_kernel_fit_inverts_the_model_on_the_calibration_plans() -> None:
     point sums what the model sums for that GPU (launches, bytes, ids, distinct rows, the
     device cache's split; and each GPU's phase start once, cost.step_fixed), by another
     path than the model's own."""
-    import copy
-
-    from planner.calibration.executed import calibration_request, plans_needed, rank_points
-    from planner.plan_model import PlanLayout
-    from planner.planning import evaluate, resolve
+    from planner.calibration.executed import calibration_plan, plans_needed, rank_points
+    from planner.presets import preset_dict
 
     known = {"piece_overhead_s": 6e-5, "lookup_id_s": 5e-9, "update_launch_s": 2e-4,
              "update_row_s": 1e-7, "backward_id_s": 3e-8, "hbm_efficiency": 0.004,
              "backward_efficiency": 0.25, "device_cache_bytes": 1 << 20,
              "device_cache_fwd_factor": 20.0, "device_cache_bwd_factor": 4.0,
              "lookup_start_s": 1.5e-4, "backward_start_s": 7e-4}
+    hardware = preset_dict("h100")
+    hardware = {**hardware, "constants": {**hardware.get("constants", {}), **known}}
     m = Measurements()
     for i in range(plans_needed(2)):
-        request, layout = calibration_request(i, 2, "h100")
-        request = copy.deepcopy(request)
-        request["hardware"]["constants"] = {**request["hardware"].get("constants", {}),
-                                            **known}
-        plan = evaluate(PlanLayout.model_validate(
-            {"schema_version": "1", "request": resolve(request).model_dump(mode="json"),
-             "tables": layout}))
+        plan = calibration_plan(i, 2, hardware)
         gpus = sorted(plan.gpus, key=lambda g: g.rank)
         lk, bw = rank_points(plan, [{"lookup": g.cost.lookup_s, "backward": g.cost.backward_s}
                                     for g in gpus])
         m.lookup += lk
         m.backward += bw
     fit = fit_kernels(m, 1 << 20)
-    eff = request["hardware"]["gpu"]["hbm_bandwidth_gb_per_s"] * 1e9 * known["hbm_efficiency"]
+    eff = hardware["gpu"]["hbm_bandwidth_gb_per_s"] * 1e9 * known["hbm_efficiency"]
     for name, true in (("piece_overhead_s", 6e-5), ("lookup_id_s", 5e-9),
                        ("update_launch_s", 2e-4), ("update_row_s", 1e-7),
                        ("backward_id_s", 3e-8), ("inv_hbm_bw", 1 / eff),

@@ -39,7 +39,6 @@ if TYPE_CHECKING:
     from planner.executor.comm import Comm
 
 
-
 @dataclass(frozen=True)
 class BenchConfig:
     a2a_bytes: tuple[int, ...] = (64, 16_384, 262_144, 1_048_576)  # per peer
@@ -449,8 +448,7 @@ def steps_of(cfg: BenchConfig) -> int:
     then one per world size)."""
     from planner.calibration.executed import plans_needed
 
-    plans = (plans_needed(cfg.compute_ranks) if cfg.executed_plans is None
-             else cfg.executed_plans)
+    plans = plans_needed(cfg.compute_ranks, cfg.executed_plans)
     host = sum(len(cfg.host_cache_ratios) if t in (Tier.HBM_CACHE, Tier.SSD) else 1
                for t in cfg.host_tiers) * len(cfg.host_rows) * len(cfg.host_dims) \
         * len(cfg.host_poolings) * len(cfg.host_batches)

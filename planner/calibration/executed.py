@@ -50,15 +50,17 @@ BATCHES = (128, 128, 32, 256, 64, 48, 96, 160)
 STEPS, TIMED_STEPS, WARMUP_STEPS = 2, 9, 2
 
 
-def plans_needed(ranks: int) -> int:
-    """Calibration plans that give every shape to some rank once."""
-    return -(-len(SHAPES) // max(1, ranks))
+def plans_needed(ranks: int, plans: int | None = None) -> int:
+    """Calibration plans to run: `plans`, or (None) as many as give every shape to some
+    rank once."""
+    return -(-len(SHAPES) // max(1, ranks)) if plans is None else plans
 
 
-def calibration_request(i: int, ranks: int, preset: str
+def calibration_request(i: int, ranks: int, hardware: dict[str, Any]
                         ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """(request, table plans) of calibration plan i on one host of `ranks` GPUs of `preset`:
-    rank r's pieces are SHAPES[(i * ranks + r) % len(SHAPES)]."""
+    """(request, table plans) of calibration plan i on one host of `ranks` GPUs of
+    `hardware` (a hardware spec dict): rank r's pieces are SHAPES[(i * ranks + r) %
+    len(SHAPES)]."""
     tables, layout = [], []
     for r in range(ranks):
         count, rows, dim, pooling, opt = SHAPES[(i * ranks + r) % len(SHAPES)]
@@ -74,9 +76,20 @@ def calibration_request(i: int, ranks: int, preset: str
                                        "col_count": dim}]})
     request = {"model": {"name": f"calibration_{i}", "tables": tables,
                          "batch_size_per_gpu": BATCHES[i % len(BATCHES)]},
-               "hardware": {**preset_dict(preset), "hosts": 1, "gpus_per_host": ranks},
+               "hardware": {**hardware, "hosts": 1, "gpus_per_host": ranks},
                "options": {"solver": "greedy"}}
     return request, layout
+
+
+def calibration_plan(i: int, ranks: int, hardware: dict[str, Any]) -> Plan:
+    """Calibration plan i (calibration_request), priced by the model."""
+    from planner.plan_model import PlanLayout
+    from planner.planning import evaluate, resolve
+
+    request, layout = calibration_request(i, ranks, hardware)
+    return evaluate(PlanLayout.model_validate(
+        {"schema_version": "1", "request": resolve(request).model_dump(mode="json"),
+         "tables": layout}))
 
 
 def _pieces_of(plan: Plan) -> list[list[dict[str, float]]]:
@@ -130,18 +143,13 @@ def bench_executed(ranks: int, device: str, preset: str, reps: int,
     from planner.executor.compare import compare
     from planner.executor.job import RunOptions
     from planner.executor.run import ExecutionReport, execute
-    from planner.plan_model import PlanLayout
-    from planner.planning import evaluate, resolve
 
     lookup, backward = [], []
     opts = RunOptions(steps=STEPS, timed_steps=TIMED_STEPS, warmup_steps=WARMUP_STEPS,
                       device=device, keep_outputs=False, collective_timeout_s=120)
-    planned: list[Plan] = []
-    for i in range(plans_needed(ranks) if plans is None else plans):
-        request, layout = calibration_request(i, ranks, preset)
-        planned.append(evaluate(PlanLayout.model_validate(
-            {"schema_version": "1", "request": resolve(request).model_dump(mode="json"),
-             "tables": layout})))
+    hardware = preset_dict(preset)
+    planned = [calibration_plan(i, ranks, hardware)
+               for i in range(plans_needed(ranks, plans))]
     # In rounds, every plan once a round: a slow spell of a shared machine (minutes long)
     # falls on every plan alike, not on one plan's every execution. A rank that fails
     # raises here (launch.py), as `planner execute` reports it.
