@@ -44,8 +44,12 @@ SHAPES: tuple[tuple[int, int, int, int, Optimizer], ...] = (
     (2, 2_000, 128, 4, Optimizer.ROWWISE_ADAGRAD),
     (5, 500, 64, 16, Optimizer.ADAM),
 )
-# Samples per rank of calibration plan i: BATCHES[i % len(BATCHES)].
+# Samples per rank of calibration plan i: BATCHES[i % len(BATCHES)] (times batch_scale).
 BATCHES = (128, 128, 32, 256, 64, 48, 96, 160)
+# On a GPU the batches above are all launch: a 256-sample lookup of 80 ids of 32 floats reads
+# ~2.6 MB, under a microsecond of HBM. 64 times more samples (2,048 to 16,384 per rank, a
+# real per-GPU batch's order) puts the bytes in the measured phase beside the launches.
+CUDA_BATCH_SCALE = 64
 # Steps of each execution: measured (memory probe on, not timed), then timed.
 STEPS, TIMED_STEPS, WARMUP_STEPS = 2, 9, 2
 
@@ -56,11 +60,11 @@ def plans_needed(ranks: int, plans: int | None = None) -> int:
     return -(-len(SHAPES) // max(1, ranks)) if plans is None else plans
 
 
-def calibration_request(i: int, ranks: int, hardware: dict[str, Any]
+def calibration_request(i: int, ranks: int, hardware: dict[str, Any], batch_scale: int = 1
                         ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """(request, table plans) of calibration plan i on one host of `ranks` GPUs of
     `hardware` (a hardware spec dict): rank r's pieces are SHAPES[(i * ranks + r) %
-    len(SHAPES)]."""
+    len(SHAPES)], each rank's batch BATCHES[i % len(BATCHES)] * batch_scale."""
     tables, layout = [], []
     for r in range(ranks):
         count, rows, dim, pooling, opt = SHAPES[(i * ranks + r) % len(SHAPES)]
@@ -75,18 +79,19 @@ def calibration_request(i: int, ranks: int, hardware: dict[str, Any]
                                        "row_count": rows, "col_offset": 0,
                                        "col_count": dim}]})
     request = {"model": {"name": f"calibration_{i}", "tables": tables,
-                         "batch_size_per_gpu": BATCHES[i % len(BATCHES)]},
+                         "batch_size_per_gpu": BATCHES[i % len(BATCHES)] * batch_scale},
                "hardware": {**hardware, "hosts": 1, "gpus_per_host": ranks},
                "options": {"solver": "greedy"}}
     return request, layout
 
 
-def calibration_plan(i: int, ranks: int, hardware: dict[str, Any]) -> Plan:
+def calibration_plan(i: int, ranks: int, hardware: dict[str, Any], batch_scale: int = 1
+                     ) -> Plan:
     """Calibration plan i (calibration_request), priced by the model."""
     from planner.plan_model import PlanLayout
     from planner.planning import evaluate, resolve
 
-    request, layout = calibration_request(i, ranks, hardware)
+    request, layout = calibration_request(i, ranks, hardware, batch_scale)
     return evaluate(PlanLayout.model_validate(
         {"schema_version": "1", "request": resolve(request).model_dump(mode="json"),
          "tables": layout}))
@@ -148,7 +153,8 @@ def bench_executed(ranks: int, device: str, preset: str, reps: int,
     opts = RunOptions(steps=STEPS, timed_steps=TIMED_STEPS, warmup_steps=WARMUP_STEPS,
                       device=device, keep_outputs=False, collective_timeout_s=120)
     hardware = preset_dict(preset)
-    planned = [calibration_plan(i, ranks, hardware)
+    scale = CUDA_BATCH_SCALE if device == "cuda" else 1
+    planned = [calibration_plan(i, ranks, hardware, scale)
                for i in range(plans_needed(ranks, plans))]
     # In rounds, every plan once a round: a slow spell of a shared machine (minutes long)
     # falls on every plan alike, not on one plan's every execution. A rank that fails
