@@ -19,7 +19,7 @@ exec > >(tee -a "$out/log.txt") 2>&1
 dev=${DEVICE:-cuda}  # DEVICE=cpu CAL_ARGS=--smoke: a dry run of this script on a CPU
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
 preset=${2:-$(case "$gpu" in *H200*) echo h200 ;; *) echo h100 ;; esac)}
-echo "== $(date -u +%FT%TZ) $gpu; preset $preset; commit $(git rev-parse --short HEAD 2>/dev/null)"
+echo "== $(date -u +%FT%TZ) $gpu; preset $preset"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv 2>/dev/null
 $py -c "import torch, platform; print('torch', torch.__version__, 'cuda', torch.version.cuda,
 'nccl', torch.cuda.nccl.version() if torch.cuda.is_available() else None, 'python', platform.python_version(),

@@ -3,8 +3,14 @@ from the shapes the memory model uses.
 
 CUDA: the caching allocator's own statistics. Before each phase the device is synchronised and
 the peak statistics reset (torch.cuda.reset_peak_memory_stats); after it, the phase's peak is
-torch.cuda.max_memory_allocated (bytes in live tensors, the figure compared with the model)
-and max_memory_reserved (bytes the allocator held from the driver, fragmentation included).
+torch.cuda.max_memory_allocated (bytes in the blocks of live tensors), the peak of
+requested_bytes (what the live tensors asked for: the figure compared with the model) and
+max_memory_reserved (bytes the allocator held from the driver, fragmentation included).
+Allocated exceeds requested by the allocator's rounding: 512 B per tensor, and a block of
+over 1 MiB is not split when what would remain is 1 MiB or less, so such a tensor can hold
+up to 1 MiB more than it asked for (CUDACachingAllocator.cpp). That is the executor's
+tensor-per-piece layout, not the plan's (FBGEMM's TBE holds a group's tables in one buffer),
+so the model is held to the requested bytes and the rounding is reported beside them.
 Every step's GPU work runs inside some phase, so the step's peak is the largest phase peak.
 
 CPU: torch.profiler with profile_memory=True records every allocation and free the c10 CPU
@@ -42,11 +48,13 @@ class MemProbe:
         self.measuring = False
         self.peak: dict[str, int] = defaultdict(int)  # phase -> peak allocated bytes
         self.reserved: dict[str, int] = defaultdict(int)  # phase -> peak reserved (CUDA)
+        self.requested: dict[str, int] = defaultdict(int)  # phase -> peak requested (CUDA)
         # phase -> most bytes a phase allocated above what was allocated as it began
         self.transient: dict[str, int] = defaultdict(int)
         self.step_start = 0  # allocated as the first measured phase began
         self.init_bytes = 0  # allocated after the rank's tables were built
         self.init_peak = 0
+        self.init_requested = 0  # CUDA: requested after the rank's tables were built
         self._prof: Any = None
         self.finished = False
         # CPU: bytes alive at the step's peak, by "phase | operators" that allocated them
@@ -66,6 +74,7 @@ class MemProbe:
             torch.cuda.synchronize(self.device)
             self.init_bytes = torch.cuda.memory_allocated(self.device)
             self.init_peak = torch.cuda.max_memory_allocated(self.device)
+            self.init_requested = _requested(self.device, "current")
         else:
             with torch.profiler.record_function(_TAG + "init_mark"):
                 pass
@@ -75,6 +84,7 @@ class MemProbe:
         self.measuring = True
         self.peak.clear()
         self.reserved.clear()
+        self.requested.clear()
         self.transient.clear()
         self.step_start = -1
         if not self.cuda:
@@ -101,6 +111,8 @@ class MemProbe:
                     self.transient[name] = max(self.transient[name], top - start)
                     self.reserved[name] = max(self.reserved[name],
                                               torch.cuda.max_memory_reserved(self.device))
+                    self.requested[name] = max(self.requested[name],
+                                               _requested(self.device, "peak"))
         else:
             with torch.profiler.record_function(_TAG + ("m:" if self.measuring else "w:")
                                                 + name):
@@ -127,6 +139,8 @@ class MemProbe:
         if not self.cuda:
             out["peak_blocks"] = self.peak_blocks
         if self.cuda:
+            out["phase_requested_peak"] = dict(self.requested)
+            out["init_requested"] = self.init_requested
             out["phase_reserved_peak"] = dict(self.reserved)
             out["step_reserved_peak"] = max(self.reserved.values(), default=0)
             stats = torch.cuda.memory_stats(self.device)
@@ -232,3 +246,9 @@ def _vm_hwm() -> int | None:
     except OSError:
         pass
     return None
+
+
+def _requested(device: torch.device, which: str) -> int:
+    """The caching allocator's requested_bytes ("current" or "peak"): the bytes its live
+    tensors asked for, before its rounding."""
+    return int(torch.cuda.memory_stats(device).get(f"requested_bytes.all.{which}", 0))

@@ -303,10 +303,13 @@ def _compare_peak(rep: ExecutionReport, run: Plan, measured: list[dict[str, Any]
         cpu = not str(m["device"]).startswith("cuda")
         held = rp.memory["hbm"] + (rp.memory["ddr"] if cpu else 0)
         pred = predicted[i] if predicted is not None else held + rp.step_peak
-        peaks = pm["phase_peak"]
-        step_peak = pm["step_peak"]
+        # CUDA: the requested bytes (the allocator's rounding is not the plan's; memprobe.py)
+        req = pm.get("phase_requested_peak")
+        peaks = req or pm["phase_peak"]
+        step_peak = max(peaks.values(), default=0) if req else pm["step_peak"]
         r["peak_memory"] = {
-            "how": pm["how"],
+            "how": pm["how"] + ("; compared: requested_bytes, the bytes the tensors asked for"
+                                if req else ""),
             "predicted": pred,
             "predicted_is": ("model peak: hbm + ddr held (one memory on CPU) + step buffers"
                              if cpu else "model peak: hbm held + step buffers"),
@@ -324,6 +327,10 @@ def _compare_peak(rep: ExecutionReport, run: Plan, measured: list[dict[str, Any]
             "init_peak": pm["init_peak"],
             "gpu_hbm_cap_bytes": g.hbm_cap_bytes,
             "rss_hwm": pm.get("rss_hwm"),
+            **({"phase_allocated_peak": pm["phase_peak"],
+                "allocated_step_peak": pm["step_peak"],
+                "allocator_rounding": pm["step_peak"] - step_peak,
+                "requested_after_init": pm.get("init_requested")} if req else {}),
             **{k: pm[k] for k in ("phase_reserved_peak", "step_reserved_peak",
                                   "num_alloc_retries", "num_ooms", "peak_blocks") if k in pm},
         }
@@ -339,6 +346,10 @@ def _compare_peak(rep: ExecutionReport, run: Plan, measured: list[dict[str, Any]
         rep.checks.append(Check(
             "memory peak per rank, allocator-measured <= memory model", not bad,
             ("; ".join(bad) or "within the model on every rank and phase")
+            + "".join(f"; rank {r['rank']}: the allocator's blocks "
+                      f"{r['peak_memory']['allocated_step_peak']:,} B at the peak "
+                      f"(+{r['peak_memory']['allocator_rounding']:,} B of its rounding)"
+                      for r in rep.ranks if "allocator_rounding" in r.get("peak_memory", {}))
             + ("; a pipelined plan on CPU: the measured steps ran their inputs in turn (the "
                "profiler records no other thread's allocations), so the next batch's ids "
                "held beside a step are the model's figure, not measured" if unlaned else "")))
