@@ -10,8 +10,9 @@ field by field, the preset's constants and the fitted ones with their 95% interv
 
     PYTHONPATH=. python -m benchmarks.gpu_fidelity benchmarks/results/gpu_h200
 
-writes DIR/gpu_fidelity.{md,json}. The plans are re-made here (`planner plan FIXTURE
---hardware DIR/hw1.json`, deterministic) and must hash as the executed ones did.
+writes DIR/gpu_fidelity.{md,json}. DIR/FIXTURE.plan.json: the plans as executed
+(`planner plan FIXTURE --hardware DIR/hw1.json -o ...` with the run's code; deterministic),
+whose pieces must be the executed ones.
 """
 
 import json
@@ -24,8 +25,8 @@ from planner.executor.compare import predicted_phases, spearman
 from planner.executor.predict import predict
 from planner.executor.scale import scaled_plan
 from planner.plan_model import Plan, PlanLayout
-from planner.planning import evaluate, plan, resolve
-from planner.presets import fixture_model, preset_dict
+from planner.planning import evaluate, resolve
+from planner.presets import preset_dict
 from planner.spec import HardwareSpec
 from planner.validation import validate_model
 
@@ -60,9 +61,13 @@ def main(argv: list[str] | None = None) -> None:
     rows, steps = [], {"measured": [], "preset": [], "calibrated": []}
     for name, fixture in RUNS.items():
         rep = json.loads((d / f"exec_{name}.json").read_text())
-        laid = plan({"model": fixture_model(fixture), "hardware": hw1})
-        if scaled_plan(laid, rep["scale_rows"], rep["batch"]).plan_hash != rep["plan_hash"]:
-            raise SystemExit(f"{name}: the plan made here is not the one executed")
+        laid = Plan.model_validate_json((d / f"{fixture}.plan.json").read_text())
+        # The executed layout: every piece's table, tier and rank (the hash would also
+        # take in the memory figures of the code that planned it).
+        ran = sorted((x["table"], x["tier"], x["rank"]) for x in rep["pieces"])
+        kept = sorted((t.name, str(t.tier), pc.rank) for t in laid.tables for pc in t.pieces)
+        if ran != kept:
+            raise SystemExit(f"{name}: {fixture}.plan.json is not the layout executed")
         meas = {ph: v["measured"] for ph, v in rep["compare"]["ranks"][0]["phases"].items()}
         pred = {k: priced(laid, h, rep["scale_rows"], rep["batch"])
                 for k, h in (("preset", preset1), ("calibrated", hw1))}

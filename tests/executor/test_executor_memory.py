@@ -71,6 +71,32 @@ def test_peak_check_fails_on_an_undersized_prediction_and_names_rank_and_phase(f
     assert "rank 0" not in check.detail
 
 
+def test_cuda_records_are_held_to_requested_bytes_and_report_the_rounding(fp32_run):
+    """A CUDA probe's record (memprobe: the allocator's requested_bytes beside its rounded
+    blocks): the check compares the requested peak with the model, fails one byte short of
+    it, and reports the allocator's rounding beside, never inside, the comparison."""
+    rep, run_dir = fp32_run
+    run, _ = read_job(run_dir)
+    measured = [json.loads(result_file(run_dir, r).read_text()) for r in range(rep.world)]
+    rounding = 3 * MIB
+    for m in measured:
+        pm = m["peak_memory"]
+        pm["phase_requested_peak"] = dict(pm["phase_peak"])
+        pm["phase_peak"] = {k: v + rounding for k, v in pm["phase_peak"].items()}
+        pm["step_peak"] += rounding
+        pm["init_requested"] = pm["init_bytes"]
+    top = max(max(m["peak_memory"]["phase_requested_peak"].values()) for m in measured)
+    out, check = _peak_check(rep, run, measured, [top] * rep.world)
+    assert check.ok, check.detail
+    assert f"(+{rounding:,} B of its rounding)" in check.detail
+    for r in out.ranks:
+        pm = r["peak_memory"]
+        assert pm["allocator_rounding"] == rounding
+        assert pm["allocated_step_peak"] == pm["measured_step_peak"] + rounding
+    _, check = _peak_check(rep, run, measured, [top - 1] * rep.world)
+    assert not check.ok and f"{top:,} B in phase" in check.detail
+
+
 def test_a_rank_allocating_more_shows_in_its_measured_peak(fp32_run, tmp_path):
     """The fault hook alloc:RANK:BYTES makes one rank allocate 8 MiB more in its lookup
     phase: its measured lookup peak rises by that much, the other ranks' do not."""
