@@ -17,6 +17,7 @@ bound on the step's peak over its phases (see StepBuffers).
 import functools
 import math
 from dataclasses import dataclass, replace
+from typing import Literal
 
 import numpy as np
 
@@ -74,7 +75,12 @@ POOLED_BYTES = 4
 # The backward's row gradients (kernels.row_grads_bags), arrays alive at its peak, measured by
 # the allocator over its ids n, unique rows u and bags B (torch.unique's inverse and its own
 # sort, the bags' sample of each id, the stable sort's order, the samples in that order):
-GRAD_ARRAYS_PER_ID = 5
+# per allocator: 5 on CPU, 9.03 on CUDA (an H200, least squares over 144 points of
+# benchmarks/gpu_workspace.py: unique's and sort's radix-sort buffers). Plans are for GPUs:
+# "cuda" everywhere but the executor's check of a CPU run, which holds its own allocator to
+# its own count.
+GRAD_ARRAYS_PER_ID = {"cuda": 9, "cpu": 5}
+Allocator = Literal["cuda", "cpu"]
 # unique rows, their counts, starts, and the prefix sum making the starts:
 GRAD_ARRAYS_PER_ROW = 4
 # bag lengths (diff), the appended end, the bags' arange:
@@ -320,14 +326,15 @@ def _bucket_rates(access: AccessModel, rows: int) -> tuple[np.ndarray, np.ndarra
 
 
 def backward_workspace(optimizer: Optimizer, n_ids: int, bags: int, rows: int,
-                       updated_rows: int, cols: int, touched: int | None = None) -> int:
+                       updated_rows: int, cols: int, touched: int | None = None,
+                       allocator: Allocator = "cuda") -> int:
     """A piece's backward transient: the row gradients of `n_ids` ids in `bags` bags over a
     piece of `rows` rows, then the optimizer step over `updated_rows` rows: whichever is
     larger. The gradient [u, cols] of the u touched rows (at most min(rows, ids), or
-    `touched`) lives through both."""
+    `touched`) lives through both. `allocator`: whose arrays (GRAD_ARRAYS_PER_ID)."""
     u = min(rows, n_ids, n_ids if touched is None else touched)
     g = u * cols * POOLED_BYTES
-    grad = (GRAD_ARRAYS_PER_ID * n_ids + GRAD_ARRAYS_PER_ROW * u
+    grad = (GRAD_ARRAYS_PER_ID[allocator] * n_ids + GRAD_ARRAYS_PER_ROW * u
             + GRAD_ARRAYS_PER_BAG * bags) * DEVICE_INDEX_BYTES + g
     state = optimizer_state_row_bytes(optimizer, cols)
     v = updated_rows
@@ -341,7 +348,7 @@ def backward_workspace(optimizer: Optimizer, n_ids: int, bags: int, rows: int,
 
 def piece_buffers(table: TableGeom, data_parallel: bool, piece_rows: int, piece_cols: int,
                   world: int, model: ModelGeom, host_samples: int = 0,
-                  cache_slots: int = 0) -> StepBuffers:
+                  cache_slots: int = 0, allocator: Allocator = "cuda") -> StepBuffers:
     """A piece's own step buffers. A sharded piece serves all b*W samples: the ids it
     receives with their lengths and offsets, its pooled vectors and their gradients, its
     side of the output all-to-all, and its backward. A data-parallel replica's ids and
@@ -365,11 +372,12 @@ def piece_buffers(table: TableGeom, data_parallel: bool, piece_rows: int, piece_
             dense_grad=piece_rows * piece_cols * POOLED_BYTES,
             workspace=max(ring, backward_workspace(
                 table.optimizer, n_local, nb, piece_rows, piece_rows, piece_cols,
-                distinct_rows_bound(table, n_local))))
-    base, n_ids, u = (_sequence_piece_buffers(table, piece_rows, piece_cols, world, model)
+                distinct_rows_bound(table, n_local), allocator)))
+    base, n_ids, u = (_sequence_piece_buffers(table, piece_rows, piece_cols, world, model,
+                                              allocator)
                       if table.sequence else
                       _sharded_piece_buffers(table, piece_rows, piece_cols, world, model,
-                                             host_samples))
+                                             host_samples, allocator))
     if model.pipelined:
         # The next batch's ids arrive while this one runs (its input all-to-all runs beside
         # this step's work), and are held to its own step: ids, lengths, offsets twice.
@@ -384,7 +392,7 @@ def piece_buffers(table: TableGeom, data_parallel: bool, piece_rows: int, piece_
 # (all but the re-admission) is counted once per shape.
 @functools.lru_cache(maxsize=1 << 14)
 def _sharded_piece_buffers(table: TableGeom, piece_rows: int, piece_cols: int, world: int,
-                           model: ModelGeom, host_samples: int
+                           model: ModelGeom, host_samples: int, allocator: Allocator
                            ) -> tuple[StepBuffers, int, int]:
     """A pooled table's sharded piece without a cache: its buffers, the ids it receives
     (at most) and the distinct rows it updates (at most)."""
@@ -405,7 +413,8 @@ def _sharded_piece_buffers(table: TableGeom, piece_rows: int, piece_cols: int, w
     return StepBuffers(
         ids, pooled, pooled + host_samples * piece_cols * POOLED_BYTES, 0, 0, blocks, send,
         0, 0, 0, 0, 0, recv, decoded, kept,
-        backward_workspace(table.optimizer, n_ids, bags, piece_rows, u, piece_cols, u)
+        backward_workspace(table.optimizer, n_ids, bags, piece_rows, u, piece_cols, u,
+                           allocator)
     ), n_ids, u
 
 
@@ -416,7 +425,8 @@ def _cache_admission(cache_slots: int, n_ids: int, u: int) -> int:
 
 @functools.lru_cache(maxsize=1 << 14)
 def _sequence_piece_buffers(table: TableGeom, piece_rows: int, piece_cols: int, world: int,
-                            model: ModelGeom) -> tuple[StepBuffers, int, int]:
+                            model: ModelGeom, allocator: Allocator
+                            ) -> tuple[StepBuffers, int, int]:
     """A sharded piece of a sequence table (unpooled): one output vector per id it receives
     (n, all ids of the table for a table- or column-wise piece, at most _id_bound's for a
     row-wise one), and their gradients. Held: the ids, each bag's length (bags per rank x W),
@@ -436,12 +446,12 @@ def _sequence_piece_buffers(table: TableGeom, piece_rows: int, piece_cols: int, 
     return staging + StepBuffers(
         ids=(2 * n_ids + 2 * nb * world) * DEVICE_INDEX_BYTES, pooled=vectors, grads=vectors,
         workspace=backward_workspace(table.optimizer, n_ids, n_ids, piece_rows, u,
-                                     piece_cols, u)), n_ids, u
+                                     piece_cols, u, allocator)), n_ids, u
 
 
 def placed_piece_buffers(table: TableGeom, kind: ShardingType, tier: Tier, cache_ratio: float,
                          piece_rows: int, piece_cols: int, hw: HardwareProfile,
-                         model: ModelGeom) -> StepBuffers:
+                         model: ModelGeom, allocator: Allocator = "cuda") -> StepBuffers:
     """piece_buffers with what the piece's sharding and tier add: a table-row-wise or grid
     piece gathers the hosts x b samples' gradients of its host stage (hosts x nb bags'), a
     cached piece
@@ -453,7 +463,7 @@ def placed_piece_buffers(table: TableGeom, kind: ShardingType, tier: Tier, cache
                          hw.world_size, model,
                          hw.hosts * bags_per_gpu(table, model.batch_per_gpu)
                          if host_reduced else 0,
-                         cache_rows(cache_ratio, piece_rows) if cached else 0)
+                         cache_rows(cache_ratio, piece_rows) if cached else 0, allocator)
 
 def owner_buffers(tables: list[TableGeom], model: ModelGeom,
                   data_parallel: list[bool] | None = None,

@@ -19,6 +19,7 @@ from cost_models import (
 )
 from cost_models.latency import whole_calls_s
 from cost_models.memory import (
+    Allocator,
     StepBuffers,
     bags_per_gpu,
     host_reduce_index_bytes,
@@ -60,7 +61,11 @@ class RankPrediction:
     buffer_terms: dict[str, int] = field(default_factory=dict)
 
 
-def predict(plan: Plan) -> tuple[list[RankPrediction], list[PiecePrediction]]:
+def predict(plan: Plan, allocator: Allocator = "cuda"
+            ) -> tuple[list[RankPrediction], list[PiecePrediction]]:
+    """Per rank and per piece: what the executor should see of `plan`. `allocator`: whose
+    backward arrays the step buffers count (cost_models.memory.GRAD_ARRAYS_PER_ID; a CPU
+    run's check holds the CPU's allocator to its own)."""
     problem = build_problem(plan.request)
     hw, model = problem.hw, problem.model
     by_name = {t.name: t for t in problem.tables}
@@ -88,7 +93,8 @@ def predict(plan: Plan) -> tuple[list[RankPrediction], list[PiecePrediction]]:
             rp.memory["ddr"] += m.ddr
             rp.memory["ssd"] += m.ssd
             bufs[p.rank].append(placed_piece_buffers(geom, tp.sharding_type, tp.tier, ratio,
-                                                     p.row_count, p.col_count, hw, model))
+                                                     p.row_count, p.col_count, hw, model,
+                                                     allocator))
             cached = tp.tier in (Tier.HBM_CACHE, Tier.SSD)
             pieces.append(PiecePrediction(
                 key=f"{ti}.{j}", table=tp.name, kind=tp.sharding_type.value, tier=tp.tier.value,

@@ -293,7 +293,8 @@ def _compare_peak(rep: ExecutionReport, run: Plan, measured: list[dict[str, Any]
     (CUDA context, NCCL), so the error is the one above it. `predicted`: per rank, instead
     of the model's (tests)."""
     gpus = {g.rank: g for g in run.gpus}
-    model = {rp.rank: rp for rp in predict(run)[0]}
+    on_cpu = any(not str(m["device"]).startswith("cuda") for m in measured)
+    model = {rp.rank: rp for rp in predict(run, "cpu" if on_cpu else "cuda")[0]}
     bad, rounding = [], []
     for i, (m, r) in enumerate(zip(measured, rep.ranks, strict=True)):
         pm = m.get("peak_memory")
