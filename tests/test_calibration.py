@@ -91,6 +91,22 @@ def test_fit_recovers_known_constants_with_noise_and_outliers() -> None:
         assert lo <= true <= hi, (name, lo, true, hi)
 
 
+def test_intervals_keep_their_width_when_features_span_many_orders() -> None:
+    """A launch (feature 1 to 8) beside bytes (1e6 to 1e9): each constant's 95% interval has
+    a width of the order its noise gives and covers the truth (J^T J's eigenvalues span
+    ~1e30 here; pinv's cut-off once gave the launch an interval of width 0)."""
+    rng = np.random.default_rng(3)
+    n = 40
+    launches = rng.integers(1, 9, n).astype(float)
+    nbytes = 10 ** rng.uniform(6, 9, n)
+    truth = (1.6e-4, 1.0 / 1.2e12)
+    t = (launches * truth[0] + nbytes * truth[1]) * (1 + rng.normal(0, 0.03, n))
+    f = fit_linear(np.column_stack([launches, nbytes]), t, ("launch", "inv_bw"))
+    for (lo, hi), v, true in zip(f.ci95, f.values, truth, strict=True):
+        assert lo <= true <= hi, (lo, true, hi)
+        assert (hi - lo) / v > 0.005, (lo, v, hi)  # not a point
+
+
 def test_robust_loss_resists_outliers_where_plain_least_squares_does_not() -> None:
     worst: dict[str, list[float]] = {"soft_l1": [], "linear": []}
     for seed in range(4):

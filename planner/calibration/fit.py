@@ -74,9 +74,11 @@ def fit_linear(x: np.ndarray, t: np.ndarray, names: tuple[str, ...], f_scale: fl
     w = 1.0 / np.sqrt(1.0 + z) if loss == "soft_l1" else np.ones(n)
     dof = max(n - p, 1)
     s2 = float(np.sum(w * r * r) / max(np.sum(w) * dof / n, 1e-12))
-    jw = a * np.sqrt(w)[:, None]
-    cov = s2 * np.linalg.pinv(jw.T @ jw)
-    se = np.sqrt(np.maximum(np.diag(cov), 0.0))
+    # In the columns' own scale: features span launches (~1) to bytes (~1e9), so J^T J's
+    # eigenvalues span ~1e30, and pinv's cut-off would zero the small columns' variance
+    # (an interval of width 0 for a launch term, seen on the H200's calibration).
+    jw = a / scale * np.sqrt(w)[:, None]
+    se = np.sqrt(np.maximum(np.diag(s2 * np.linalg.pinv(jw.T @ jw)), 0.0)) / scale
     q = float(stats.t.ppf(0.975, dof))
     ci = tuple((max(0.0, float(v - q * s)), float(v + q * s)) for v, s in zip(theta, se,
                                                                               strict=True))
