@@ -26,6 +26,10 @@ IDS = (2_000, 50_000, 500_000)
 ROWS = (1_000, 100_000, 2_000_000)
 COLS = (16, 64)
 POOLING = (1, 20)
+# Pieces of the fixture plans benchmarks/gpu_calibrate.sh runs, whose backward peaks the
+# executor measured (results/gpu_h200.md): (optimizer, ids, rows, cols, pooling). rm2's
+# piece: 2,048 samples x 120 ids over 25,000 rows of 64 (run 2: 1.77 MB over the model).
+PIECES = ((Optimizer.ROWWISE_ADAGRAD, 245_760, 25_000, 64, 120),)
 
 
 def requested(dev: torch.device, which: str) -> int:
@@ -66,18 +70,15 @@ def main() -> None:
     dev = torch.device("cuda")
     torch.use_deterministic_algorithms(True)  # as the executor's ranks run
     res = []
-    for opt in OPTIMIZERS:
-        for n in IDS:
-            for rows in ROWS:
-                for cols in COLS:
-                    for pooling in POOLING:
-                        r = one(dev, opt, n, rows, cols, pooling)
-                        res.append(r)
-                        torch.cuda.empty_cache()
-                        print(f"{r['optimizer']:16s} ids {n:>7,} rows {rows:>9,} cols {cols:>3}"
-                              f" bags {r['bags']:>7,} unique {r['unique']:>7,}: measured "
-                              f"{r['measured']:>12,} model {r['model']:>12,} "
-                              f"({r['ratio']:.3f})", flush=True)
+    grid = [(opt, n, rows, cols, pooling) for opt in OPTIMIZERS for n in IDS for rows in ROWS
+            for cols in COLS for pooling in POOLING]
+    for opt, n, rows, cols, pooling in (*grid, *PIECES):
+        r = one(dev, opt, n, rows, cols, pooling)
+        res.append(r)
+        torch.cuda.empty_cache()
+        print(f"{r['optimizer']:16s} ids {n:>7,} rows {rows:>9,} cols {cols:>3} bags "
+              f"{r['bags']:>7,} unique {r['unique']:>7,}: measured {r['measured']:>12,} "
+              f"model {r['model']:>12,} ({r['ratio']:.3f})", flush=True)
     body = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
             "cuda": torch.version.cuda, "results": res}
     with open(out, "w") as f:
