@@ -7,9 +7,10 @@
 #   bash benchmarks/gpu_calibrate.sh OUTDIR [PRESET]
 #
 # Writes OUTDIR/calibrated.json (+ .provenance.json), OUTDIR/hw1.json (the profile with one
-# host of one GPU), OUTDIR/exec_NAME.json per plan and OUTDIR/log.txt. PRESET: the base
-# preset (default: h200 on an H200, else h100). Every command has its own timeout, so a
-# failure leaves the others' output.
+# host of one GPU), OUTDIR/FIXTURE.plan.json and OUTDIR/exec_NAME.json per plan,
+# OUTDIR/gpu_workspace.json and OUTDIR/log.txt. PRESET: the base preset (default: h200 on an
+# H200, else h100). Every command has its own timeout, so a failure leaves the others'
+# output. TAR=FILE: also pack OUTDIR into FILE (the lent machine returns at most 8 files).
 set -u
 out=${1:?usage: gpu_calibrate.sh OUTDIR [PRESET]}
 mkdir -p "$out"
@@ -48,8 +49,15 @@ for run in "kaggle criteo_kaggle 0.1" "rm2 deeprecsys_rm2 0.05" "dcnv2 criteo_dc
     echo "== $1: planner plan $2 --hardware hw1.json; planner execute --device $dev --compare"
     $py -m planner.cli plan "$2" --hardware "$out/hw1.json" -q -o "/tmp/$1.plan.json" \
         > /dev/null || { echo "plan $2 failed"; continue; }
+    cp "/tmp/$1.plan.json" "$out/$2.plan.json"
     timeout 90 $py -m planner.cli execute "/tmp/$1.plan.json" --device "$dev" --compare \
         --scale-rows "$3" --steps 3 --timed-steps 9 --warmup-steps 2 --no-reference \
         --format json -o "$out/exec_$1.json" > /dev/null
     echo "== $1 rc $? in $(( $(date +%s) - t0 )) s"
 done
+# A piece's backward workspace against the memory model (benchmarks/gpu_workspace.py).
+if [ "$dev" = cuda ]; then
+    timeout 120 $py -m benchmarks.gpu_workspace "$out/gpu_workspace.json"
+    echo "== gpu_workspace rc $?"
+fi
+if [ -n "${TAR:-}" ]; then tar -czf "$TAR" -C "$out" .; fi

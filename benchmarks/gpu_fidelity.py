@@ -8,7 +8,8 @@ prediction is set beside what the GPU measured (the report's own measured median
 prediction is recomputed here, so the two profiles meet the same executions). Beside it,
 field by field, the preset's constants and the fitted ones with their 95% intervals.
 
-    PYTHONPATH=. python -m benchmarks.gpu_fidelity benchmarks/results/gpu_h200
+    PYTHONPATH=. python -m benchmarks.gpu_fidelity benchmarks/results/gpu_h200/run2
+    PYTHONPATH=. python -m benchmarks.gpu_fidelity DIR OTHER/calibrated.json   (print only)
 
 writes DIR/gpu_fidelity.{md,json}. DIR/FIXTURE.plan.json: the plans as executed
 (`planner plan FIXTURE --hardware DIR/hw1.json -o ...` with the run's code; deterministic),
@@ -53,8 +54,22 @@ def priced(layout: Plan, hardware: dict[str, Any], scale: float, batch: int
 
 
 def main(argv: list[str] | None = None) -> None:
-    d = Path((argv or sys.argv[1:])[0])
+    args = argv or sys.argv[1:]
+    d = Path(args[0])
     hw1 = json.loads((d / "hw1.json").read_text())
+    if len(args) > 1:  # another run's profile scored on these executions: print only
+        other = json.loads(Path(args[1]).read_text())
+        body = score(d, {**other, "hosts": 1, "gpus_per_host": 1})
+        print(f"{args[1]} on {d}'s executions: {json.dumps(body['summary'])}")
+        return
+    body = score(d, hw1)
+    (d / "gpu_fidelity.json").write_text(json.dumps(body, indent=1) + "\n")
+    (d / "gpu_fidelity.md").write_text(markdown(body))
+    print(markdown(body))
+
+
+def score(d: Path, hw1: dict[str, Any]) -> dict[str, Any]:
+    """The preset and `hw1` (a one-GPU profile) priced on DIR's executions."""
     prov = json.loads((d / "calibrated.provenance.json").read_text())
     base = prov["base_preset"]
     preset1 = {**preset_dict(base), "hosts": 1, "gpus_per_host": 1}
@@ -100,9 +115,7 @@ def main(argv: list[str] | None = None) -> None:
             "kernel_fit": {k: prov["fits"]["kernels"][k]
                            for k in ("rel_residual_median", "rel_residual_p90", "outliers")},
             "kept_from_preset": prov["kept_from_preset"]}
-    (d / "gpu_fidelity.json").write_text(json.dumps(body, indent=1) + "\n")
-    (d / "gpu_fidelity.md").write_text(markdown(body))
-    print(markdown(body))
+    return body
 
 
 def _g(x: float | None) -> str:

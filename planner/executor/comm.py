@@ -119,6 +119,10 @@ class Comm:
         """Exchange uint8 buffers: send[d] goes to rank d; returns what each rank sent here.
         Entries for this rank are ignored (the caller keeps its own data)."""
         self._guard(name)
+        if self.world == 1:
+            # Nothing leaves the rank: no collective, as a one-GPU job has none (NCCL's empty
+            # call cost 0.14-0.18 ms on an H200 where the model charges 0).
+            return [None]
         me = self.rank
         empty = torch.empty(0, dtype=torch.uint8, device=self.device)
         parts = [empty if d == me or send[d] is None else send[d].to(self.device)
