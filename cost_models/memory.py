@@ -76,11 +76,15 @@ POOLED_BYTES = 4
 # the allocator over its ids n, unique rows u and bags B (torch.unique's inverse and its own
 # sort, the bags' sample of each id, the stable sort's order, the samples in that order):
 # per allocator: 5 on CPU, 9.03 on CUDA (an H200, least squares over 144 points of
-# benchmarks/gpu_workspace.py: unique's and sort's radix-sort buffers). Plans are for GPUs:
-# "cuda" everywhere but the executor's check of a CPU run, which holds its own allocator to
-# its own count.
-GRAD_ARRAYS_PER_ID = {"cuda": 9, "cpu": 5}
-Allocator = Literal["cuda", "cpu"]
+# benchmarks/gpu_workspace.py: unique's and sort's radix-sort buffers); the executor's
+# prediction of a run's peak (one piece's workspace at a time) counts its device's. "plan":
+# the plan's per-GPU figure, which sums every piece's workspace as if all were alive at once.
+# There 5 per id: the sum covers CUDA's 9 on any GPU of two or more comparable pieces, and
+# counting 9 in the sum made synthetic_10000 on 1,024 GPUs "infeasible" (its certificate
+# 5.4% short), where one piece's workspace at a time fits (measured, 82ced5c). A GPU of one
+# piece can be short by 32 B per id of that piece: not bounded yet.
+GRAD_ARRAYS_PER_ID = {"cuda": 9, "cpu": 5, "plan": 5}
+Allocator = Literal["cuda", "cpu", "plan"]
 # unique rows, their counts, starts, and the prefix sum making the starts:
 GRAD_ARRAYS_PER_ROW = 4
 # bag lengths (diff), the appended end, the bags' arange:
@@ -327,7 +331,7 @@ def _bucket_rates(access: AccessModel, rows: int) -> tuple[np.ndarray, np.ndarra
 
 def backward_workspace(optimizer: Optimizer, n_ids: int, bags: int, rows: int,
                        updated_rows: int, cols: int, touched: int | None = None,
-                       allocator: Allocator = "cuda") -> int:
+                       allocator: Allocator = "plan") -> int:
     """A piece's backward transient: the row gradients of `n_ids` ids in `bags` bags over a
     piece of `rows` rows, then the optimizer step over `updated_rows` rows: whichever is
     larger. The gradient [u, cols] of the u touched rows (at most min(rows, ids), or
@@ -348,7 +352,7 @@ def backward_workspace(optimizer: Optimizer, n_ids: int, bags: int, rows: int,
 
 def piece_buffers(table: TableGeom, data_parallel: bool, piece_rows: int, piece_cols: int,
                   world: int, model: ModelGeom, host_samples: int = 0,
-                  cache_slots: int = 0, allocator: Allocator = "cuda") -> StepBuffers:
+                  cache_slots: int = 0, allocator: Allocator = "plan") -> StepBuffers:
     """A piece's own step buffers. A sharded piece serves all b*W samples: the ids it
     receives with their lengths and offsets, its pooled vectors and their gradients, its
     side of the output all-to-all, and its backward. A data-parallel replica's ids and
@@ -451,7 +455,7 @@ def _sequence_piece_buffers(table: TableGeom, piece_rows: int, piece_cols: int, 
 
 def placed_piece_buffers(table: TableGeom, kind: ShardingType, tier: Tier, cache_ratio: float,
                          piece_rows: int, piece_cols: int, hw: HardwareProfile,
-                         model: ModelGeom, allocator: Allocator = "cuda") -> StepBuffers:
+                         model: ModelGeom, allocator: Allocator = "plan") -> StepBuffers:
     """piece_buffers with what the piece's sharding and tier add: a table-row-wise or grid
     piece gathers the hosts x b samples' gradients of its host stage (hosts x nb bags'), a
     cached piece

@@ -130,7 +130,7 @@ def test_cli_infeasible_prints_the_certificate_reason_and_exits_3(tmp_path) -> N
     assert "CP-SAT proved" in r.stderr and "Traceback" not in r.stderr
 
 
-@pytest.mark.parametrize(("hbm", "fits"), [("4GiB", False), ("9GiB", True)])
+@pytest.mark.parametrize(("hbm", "fits"), [("4GiB", False), ("8GiB", True)])
 def test_synthetic_tables_under_memory_pressure(hbm: str, fits: bool) -> None:
     """A quick slice of benchmarks/plan_time's 10,000-table cases: 400 tables drawn by the
     synthetic recipe on one host whose HBM forces slower tiers. Too small an HBM: "infeasible"
