@@ -293,6 +293,7 @@ def _compare_peak(rep: ExecutionReport, run: Plan, measured: list[dict[str, Any]
     (CUDA context, NCCL), so the error is the one above it. `predicted`: per rank, instead
     of the model's (tests)."""
     gpus = {g.rank: g for g in run.gpus}
+    # One device per run: a CPU run keeps every tier in one memory and its own allocator.
     on_cpu = any(not str(m["device"]).startswith("cuda") for m in measured)
     model = {rp.rank: rp for rp in predict(run, "cpu" if on_cpu else "cuda")[0]}
     bad, rounding = [], []
@@ -301,23 +302,23 @@ def _compare_peak(rep: ExecutionReport, run: Plan, measured: list[dict[str, Any]
         if pm is None:  # a run from before the probe
             continue
         g, rp = gpus[m["rank"]], model[m["rank"]]
-        cpu = not str(m["device"]).startswith("cuda")
-        held = rp.memory["hbm"] + (rp.memory["ddr"] if cpu else 0)
+        held = rp.memory["hbm"] + (rp.memory["ddr"] if on_cpu else 0)
         pred = predicted[i] if predicted is not None else held + rp.step_peak
         # CUDA: the requested bytes (the allocator's rounding is not the plan's; memprobe.py)
         req = pm.get("phase_requested_peak")
         peaks = req or pm["phase_peak"]
         step_peak = max(peaks.values(), default=0) if req else pm["step_peak"]
+        extra = pm["step_peak"] - step_peak  # the allocator's rounding (0 off CUDA)
         r["peak_memory"] = {
             "how": pm["how"] + ("; compared: requested_bytes, the bytes the tensors asked for"
                                 if req else ""),
             "predicted": pred,
             "predicted_is": ("model peak: hbm + ddr held (one memory on CPU) + step buffers"
-                             if cpu else "model peak: hbm held + step buffers"),
+                             if on_cpu else "model peak: hbm held + step buffers"),
             "predicted_held": held,
             "predicted_step_buffers": rp.step_peak,
             "predicted_buffer_terms": rp.buffer_terms,
-            "plan_bound": g.hbm_bytes + (g.ddr_bytes if cpu else 0),
+            "plan_bound": g.hbm_bytes + (g.ddr_bytes if on_cpu else 0),
             "measured_step_peak": step_peak,
             "ratio": step_peak / pred if pred else float("inf"),
             "error": (pred - step_peak) / step_peak if step_peak else float("inf"),
@@ -330,15 +331,14 @@ def _compare_peak(rep: ExecutionReport, run: Plan, measured: list[dict[str, Any]
             "rss_hwm": pm.get("rss_hwm"),
             **({"phase_allocated_peak": pm["phase_peak"],
                 "allocated_step_peak": pm["step_peak"],
-                "allocator_rounding": pm["step_peak"] - step_peak,
+                "allocator_rounding": extra,
                 "requested_after_init": pm.get("init_requested")} if req else {}),
             **{k: pm[k] for k in ("phase_reserved_peak", "step_reserved_peak",
                                   "num_alloc_retries", "num_ooms", "peak_blocks") if k in pm},
         }
         if req:
             rounding.append(f"; rank {m['rank']}: the allocator's blocks {pm['step_peak']:,} B"
-                            f" at the peak (+{pm['step_peak'] - step_peak:,} B of its "
-                            "rounding)")
+                            f" at the peak (+{extra:,} B of its rounding)")
         over = [(k, v) for k, v in peaks.items() if v > pred]
         if over:
             worst = max(over, key=lambda kv: kv[1])
