@@ -154,7 +154,9 @@ class Summary(StrictModel):
     lower_bound_note: str
     solver: str
     status: str  # optimal | feasible (stopped at the limit) | local optimum | ...
-    solver_det_time: float = 0.0  # deterministic, so the plan stays byte-identical
+    # The search's deterministic seconds after the heuristic (CP-SAT's work counters and ruin
+    # and recreate's charged placements), so the plan stays byte-identical.
+    solver_det_time: float = 0.0
     solver_history: list[SolverPoint] = Field(default_factory=list)
     tables_per_type: dict[str, int]
     tables_per_tier: dict[str, int]

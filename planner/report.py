@@ -137,7 +137,7 @@ def render(plan: Plan, console: Console, planning_time_s: float | None = None,
     console.print(f"[bold]lower bound[/] {unit.with_name(s.lower_bound_s)}, gap {s.gap:.2%}  "
                   f"({s.lower_bound_note})")
     timing = f", planned in {planning_time_s:.2f} s" if planning_time_s is not None else ""
-    det = f", CP-SAT {s.solver_det_time:.3g} deterministic s" if s.solver_det_time else ""
+    det = f", search {s.solver_det_time:.3g} deterministic s" if s.solver_det_time else ""
     console.print(f"[bold]solver[/] {s.solver}: {s.status}{timing}{det}")
     console.print("sharding: " + ", ".join(f"{k} {v}" for k, v in s.tables_per_type.items())
                   + "; tiers: " + ", ".join(f"{k} {v}" for k, v in s.tables_per_tier.items()))

@@ -40,6 +40,7 @@ from planner.partition.hierarchical import host_model_size, solve_hierarchical
 from planner.partition.local_search import local_search
 from planner.partition.lp_start import Relaxer, lp_start, relaxed_choices
 from planner.partition.policy import DEFAULT_POLICY, SearchPolicy
+from planner.partition.ruin_recreate import RecreateResult, ruin_and_recreate
 from planner.partition.state import LoadState
 from planner.problem import Problem
 from planner.spec import PlanOptions
@@ -260,41 +261,85 @@ def improve(problem: Problem, cands: list[list[Candidate]], bound: LowerBound,
             start: Assignment, options: PlanOptions, flat: bool,
             progress: ProgressFn | None, policy: SearchPolicy = DEFAULT_POLICY
             ) -> tuple[SolveResult | None, list[str]]:
-    """CP-SAT after the heuristic, as the options ask: `greedy` never, `ilp` always, `auto`
-    unless the heuristic plan is already within the policy's auto_gap of the bound or the
-    model would pass its auto_max_vars. `flat`: the flat exact model, not the hierarchical
-    one (is_flat). Which CP-SAT mode (measured in benchmarks/results/solvers.md):
-    - one or two hosts, or an exact model of at most flat_any_hosts_vars variables: the
-      exact model when it is small enough, else the re-pack;
-    - several hosts: the hierarchical model (hosts, then GPUs) when its host level is small
-      enough, which proved what the flat model could not on 16 hosts and gives the tighter
-      bound, then the re-pack with the rest of the budget;
-    The result is never worse than `start`. Returns it (None: CP-SAT did not run) and the
-    notes on why it did not run, for the plan's decisions (`start` is left as it is)."""
+    """The search after the heuristic, as the options ask: `greedy` never; `auto` unless the
+    heuristic plan is already within the policy's auto_gap of the bound; `ilp` always. Two
+    searches, each from the heuristic plan, the better kept: CP-SAT (`_cpsat`; in `auto` only
+    on models up to the policy's auto_max_vars), then, unless CP-SAT proved its plan
+    optimal, ruin and recreate (partition/ruin_recreate.py). They share the budget (the
+    policy's lns_share to ruin and recreate when both run, else all of it to the one). Each
+    runs a prefix of the same deterministic sequence when given less budget, and neither
+    starts from the other's result, so a larger budget never gives a worse plan. Returns the
+    result (None: no search ran) and the notes on why a search did not run, for the plan's
+    decisions (`start` is left as it is)."""
     if options.solver == "greedy":
         return None, []
     gap = makespan(problem, start.choices) / bound.value_s - 1 if bound.value_s > 0 else 0.0
     if options.solver == "auto" and gap <= policy.auto_gap:
-        return None, [f"heuristic plan within {policy.auto_gap:.1%} of the bound: CP-SAT "
+        return None, [f"heuristic plan within {policy.auto_gap:.1%} of the bound: search "
                       "skipped"]
+    notes: list[str] = []
     size = exact_model_size(problem, cands) if flat else host_model_size(problem, cands)
-    if options.solver == "auto" and size > policy.auto_max_vars:
-        return None, [f"CP-SAT model would have {size:,} variables (auto's limit "
-                      f"{policy.auto_max_vars:,}): skipped; --solver ilp runs it"]
+    run_cpsat = options.solver == "ilp" or size <= policy.auto_max_vars
+    if not run_cpsat:
+        notes.append(f"CP-SAT model would have {size:,} variables (auto's limit "
+                     f"{policy.auto_max_vars:,}): skipped; --solver ilp runs it")
+    budget = options.time_limit_s
+    lns_budget = budget * policy.lns_share if run_cpsat else budget
+    target = bound.value_s * (1 + policy.auto_gap) if options.solver == "auto" else 0.0
+    cp = None
+    if run_cpsat:
+        cp = _cpsat(problem, cands, bound, start, options, flat, progress, budget - lns_budget,
+                    policy)
+        # Proven optimal: nothing left to find. (Only a proof stops it here: a target gap
+        # read off CP-SAT's bound, which a larger budget raises, could stop a larger budget's
+        # search where a smaller one's went on to a better plan.)
+        closed = max(bound.value_s, cp.bound_s or 0.0) * (1 + policy.proven_tol)
+        if makespan(problem, cp.assignment.choices) <= closed:
+            return cp, notes
+    lns = ruin_and_recreate(problem, cands, start, lns_budget, options.seed, target,
+                            policy.steps(len(cands)))
+    if cp is None:
+        return SolveResult(lns.assignment, _lns_status(lns), None, lns.det_time), notes
+    if lns.end_s < makespan(problem, cp.assignment.choices) * (1 - 1e-9):
+        return SolveResult(lns.assignment, f"{_lns_status(lns)}; CP-SAT: {cp.status}",
+                           cp.bound_s, round(cp.det_time + lns.det_time, 6),
+                           cp.history), notes
+    return SolveResult(cp.assignment, cp.status, cp.bound_s,
+                       round(cp.det_time + lns.det_time, 6), cp.history), notes
+
+
+def _lns_status(result: RecreateResult) -> str:
+    if result.improved:
+        return (f"improved by ruin and recreate ({result.improved} of {result.rounds} rounds "
+                "lowered the makespan)")
+    return f"ruin and recreate: no improvement in {result.rounds} rounds"
+
+
+def _cpsat(problem: Problem, cands: list[list[Candidate]], bound: LowerBound,
+           start: Assignment, options: PlanOptions, flat: bool, progress: ProgressFn | None,
+           budget: float, policy: SearchPolicy) -> SolveResult:
+    """CP-SAT from `start` with `budget` deterministic seconds (measured in
+    benchmarks/results/solvers.md):
+    - one or two hosts, or an exact model of at most flat_any_hosts_vars variables: the
+      exact model when it is small enough, else the re-pack;
+    - several hosts: the hierarchical model (hosts, then GPUs) when its host level is small
+      enough, which proved what the flat model could not on 16 hosts and gives the tighter
+      bound, then the re-pack with the rest of the budget.
+    Never worse than `start`."""
     target = policy.auto_gap if options.solver == "auto" else None
-    budget, seed = options.time_limit_s, options.seed
+    seed = options.seed
     if flat:
         result = solve_exact(problem, cands, start, budget, seed, bound.value_s, target,
                              progress)
-        return result or repack(problem, cands, start, budget, seed, progress), []
-    if size > EXACT_MAX_VARS:
-        return repack(problem, cands, start, budget, seed, progress), []
+        return result or repack(problem, cands, start, budget, seed, progress)
+    if host_model_size(problem, cands) > EXACT_MAX_VARS:
+        return repack(problem, cands, start, budget, seed, progress)
     first = solve_hierarchical(problem, cands, start, budget / 2, seed, progress)
     best = max(bound.value_s, first.bound_s or 0.0)
     if target is not None and makespan(problem, first.assignment.choices) <= best * (1 + target):
-        return first, []
+        return first
     second = repack(problem, cands, first.assignment, budget - first.det_time, seed, progress)
     return SolveResult(second.assignment,
                        f"{first.status}; re-pack: {second.status}", first.bound_s,
                        round(first.det_time + second.det_time, 6),
-                       first.history + second.history), []
+                       first.history + second.history)

@@ -48,6 +48,10 @@ class SearchPolicy:
     # hugectr_510 x 4 47.74 -> 45.69 at 0.35).
     piece_shares: tuple[float, ...] = (1.0, 0.6, 0.45, 0.35, 0.25)
 
+    # Where CP-SAT runs too, ruin and recreate gets this share of the search budget (CP-SAT
+    # the rest); where it does not, all of it.
+    lns_share: float = 0.5
+
     def steps(self, tables: int) -> int:
         """The local search's step budget for this many tables."""
         return min(self.max_steps, max(self.min_steps, self.steps_per_table * tables))
