@@ -73,12 +73,16 @@ def plan_cmd(
     hosts: Annotated[int | None, typer.Option(help="number of hosts")] = None,
     output: Annotated[Path | None, typer.Option("-o", "--output", help="write plan JSON")] = None,
     fmt: Annotated[Format, typer.Option("--format")] = Format.table,
-    solver: Annotated[str, typer.Option(help="auto (heuristic, then CP-SAT when the gap is "
-                                             "over 1%) | greedy | ilp (always CP-SAT)")] = "auto",
+    solver: Annotated[str, typer.Option(help="auto (heuristic, then the search when the gap "
+                                             "is over 1%) | greedy (heuristic only) | ilp "
+                                             "(heuristic, then the search, CP-SAT always)")
+                      ] = "auto",
     time_limit: Annotated[float, typer.Option(
-        help="CP-SAT budget in deterministic seconds (about one second each on one core; "
-             "deterministic, so the same request gives the same plan)")] = 2.0,
-    seed: Annotated[int, typer.Option(help="CP-SAT and re-pack random seed")] = 0,
+        help="the search's budget in deterministic seconds, CP-SAT's and ruin and "
+             "recreate's (about one second each on one core; deterministic, so the same "
+             "request gives the same plan)")] = 2.0,
+    seed: Annotated[int, typer.Option(help="CP-SAT's and ruin and recreate's random "
+                                           "seed")] = 0,
     estimator: Annotated[EstimatorName, typer.Option(
         help="what prices a piece: analytic (our cost model over the hardware profile) or "
              "torchrec (TorchRec's EmbeddingPerfEstimator; needs torchrec)")]

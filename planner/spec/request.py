@@ -68,18 +68,21 @@ _MODEL_DESCRIPTION = ("The model's sparse part: its tables and training settings
 class PlanOptions(StrictModel):
     solver: Literal["auto", "greedy", "ilp"] = Field(
         "auto", description=(
-            "auto: the heuristic, then CP-SAT when the plan is more than 1% above the lower "
-            "bound and the model is small enough; greedy: the heuristic only; ilp: the "
-            "heuristic, then CP-SAT always."))
-    # CP-SAT's budget in deterministic seconds (its work counters; about a second each on
-    # one core), so the same request gives the same plan whatever the machine's load.
+            "auto: the heuristic, then, when the plan is more than 1% above the lower bound, "
+            "CP-SAT (when its model is small enough) and ruin and recreate; greedy: the "
+            "heuristic only; ilp: the heuristic, then CP-SAT always and ruin and recreate."))
+    # The search's budget in deterministic seconds (CP-SAT's work counters, ruin and
+    # recreate's charged placements; about a second each on one core), so the same request
+    # gives the same plan whatever the machine's load.
     time_limit_s: Annotated[float, Field(gt=0.0, le=3600.0, allow_inf_nan=False)] = Field(
         2.0, description=(
-            "CP-SAT's budget in deterministic seconds (its work counters, about one second "
-            "each on one core), so the plan does not depend on the machine or its load."))
+            "The search's budget after the heuristic in deterministic seconds (CP-SAT's work "
+            "counters and ruin and recreate's charged placements, about one second each on "
+            "one core), so the plan does not depend on the machine or its load."))
     seed: Annotated[int, Field(strict=True, ge=0, le=2**31 - 1)] = Field(
         0, description=(
-            "CP-SAT's random seed; the same request and seed give the same plan."))
+            "CP-SAT's and ruin and recreate's random seed; the same request and seed give "
+            "the same plan."))
     estimator: Literal["analytic", "torchrec"] = Field(
         "analytic", description=(
             "What prices a piece, for the search, the plan's figures, the checker and the "
