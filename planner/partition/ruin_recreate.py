@@ -34,19 +34,21 @@ from planner.problem import Problem
 log = logging.getLogger("planner.ruin_recreate")
 
 # Deterministic seconds charged per tentative placement of a candidate: a fixed part and a
-# part per GPU (the load arrays it copies and scans). Fitted by timing rounds on the 2-CPU
-# reference machine (Python 3.11): ~45 us + 0.09 us per GPU.
-_PLACE_S = 80e-6
-_PLACE_PER_GPU_S = 0.3e-6
+# part per GPU (the load arrays it copies and scans). Timed on the 2-CPU reference machine
+# (Python 3.11): 98-153 us a placement on 128 GPUs, 204 us on 1,024.
+_PLACE_S = 90e-6
+_PLACE_PER_GPU_S = 0.12e-6
 # Tables taken out per round: 1 to 3 with a piece on the slowest GPU, 2 to 7 drawn at random.
 _ON_SLOWEST = (1, 4)
 _RANDOM = (2, 8)
 # The soft maximum's exponent: high enough that the GPUs at the top dominate it.
 _SOFT_POWER = 16
 # A round that lowers the makespan is polished by the local search (at most `polish_steps`
-# steps), charged per table (its setup) and per step.
-_POLISH_PER_TABLE_S = 20e-6
-_POLISH_STEP_S = 1e-3
+# steps), charged per table (its setup and the loads rebuilt after it: 30-70 us a table
+# measured) and per step, the last one that finds nothing included (6.5-14.5 ms measured on
+# 100-1,000 tables and 128-1,024 GPUs).
+_POLISH_PER_TABLE_S = 50e-6
+_POLISH_STEP_S = 12e-3
 _REL_EPS = 1e-12
 # Rounds in a row without one kept before the search stops: at least _PATIENCE, more with a
 # larger budget (never fewer), so the rounds of a smaller budget stay a prefix of a larger
