@@ -286,21 +286,21 @@ def improve(problem: Problem, cands: list[list[Candidate]], bound: LowerBound,
     budget = options.time_limit_s
     lns_budget = budget * policy.lns_share if run_cpsat else budget
     target = bound.value_s * (1 + policy.auto_gap) if options.solver == "auto" else 0.0
-    cp = None
+    cp, cp_s = None, float("inf")
     if run_cpsat:
         cp = _cpsat(problem, cands, bound, start, options, flat, progress, budget - lns_budget,
                     policy)
         # Proven optimal: nothing left to find. (Only a proof stops it here: a target gap
         # read off CP-SAT's bound, which a larger budget raises, could stop a larger budget's
         # search where a smaller one's went on to a better plan.)
-        closed = max(bound.value_s, cp.bound_s or 0.0) * (1 + policy.proven_tol)
-        if makespan(problem, cp.assignment.choices) <= closed:
+        cp_s = makespan(problem, cp.assignment.choices)
+        if cp_s <= max(bound.value_s, cp.bound_s or 0.0) * (1 + policy.proven_tol):
             return cp, notes
     lns = ruin_and_recreate(problem, cands, start, lns_budget, options.seed, target,
                             policy.steps(len(cands)))
     if cp is None:
         return SolveResult(lns.assignment, _lns_status(lns), None, lns.det_time), notes
-    if lns.end_s < makespan(problem, cp.assignment.choices) * (1 - 1e-9):
+    if lns.end_s < cp_s * (1 - 1e-9):
         return SolveResult(lns.assignment, f"{_lns_status(lns)}; CP-SAT: {cp.status}",
                            cp.bound_s, round(cp.det_time + lns.det_time, 6),
                            cp.history), notes

@@ -87,6 +87,15 @@ def _index(tables_on: list[set[int]], t: int, ch: TableChoice, sign: int) -> Non
                 tables_on[r].discard(t)
 
 
+def _tables_on(choices: list[TableChoice], w: int) -> list[set[int]]:
+    """Per GPU, the tables with a piece on it (data-parallel and row-wise ones left out: they
+    are on every GPU)."""
+    tables_on: list[set[int]] = [set() for _ in range(w)]
+    for t, ch in enumerate(choices):
+        _index(tables_on, t, ch, 1)
+    return tables_on
+
+
 def ruin_and_recreate(problem: Problem, cands: list[list[Candidate]], start: Assignment,
                       budget_s: float, seed: int, target_s: float = 0.0,
                       polish_steps: int = 0) -> RecreateResult:
@@ -97,19 +106,12 @@ def ruin_and_recreate(problem: Problem, cands: list[list[Candidate]], start: Ass
     place_s = _PLACE_S + _PLACE_PER_GPU_S * w
     rng = np.random.default_rng(seed)
     masks = [allowed_mask(problem, t) for t in range(tables)]
-    least = np.array([min(c.work for c in cs) for cs in cands])
-    # Largest first; ties by table index.
-    rank_of = np.empty(tables, dtype=np.int64)
-    rank_of[np.lexsort((np.arange(tables), -least))] = np.arange(tables)
+    least = [min(c.work for c in cs) for cs in cands]
     choices = list(start.choices)
     state = LoadState.of_choices(problem, choices)
-    # Per GPU, the tables with a piece on it (data-parallel and row-wise ones left out: they
-    # are on every GPU).
-    tables_on: list[set[int]] = [set() for _ in range(w)]
-    for t, ch in enumerate(choices):
-        _index(tables_on, t, ch, 1)
+    tables_on = _tables_on(choices, w)
     current = _score(state.load())
-    start_s = current_top = current[0]
+    start_s = current[0]
     rounds, kept, improved, idle = 0, 0, 0, 0
     spent = _PER_TABLE_S * tables
     patience = max(_PATIENCE, int(_PATIENCE_PER_S * budget_s))
@@ -130,7 +132,7 @@ def ruin_and_recreate(problem: Problem, cands: list[list[Candidate]], start: Ass
             for grp, ranks in zip(choices[t].cand.groups, choices[t].ranks, strict=True):
                 trial.apply(grp, ranks, -1)
         new: dict[int, TableChoice] = {}
-        for t in sorted(picked, key=lambda t: rank_of[t]):
+        for t in sorted(picked, key=lambda t: (-least[t], t)):  # largest first
             best: tuple[tuple[float, float], LoadState, TableChoice] | None = None
             for cand in cands[t]:
                 spent += place_s
@@ -150,8 +152,8 @@ def ruin_and_recreate(problem: Problem, cands: list[list[Candidate]], start: Ass
         score = _score(trial.load())
         if score[0] <= current[0] * (1 + _REL_EPS) and (
                 score[0] < current[0] * (1 - _REL_EPS) or score[1] < current[1] - _REL_EPS):
-            if score[0] < current[0] * (1 - _REL_EPS):
-                improved += 1
+            lowered = score[0] < current[0] * (1 - _REL_EPS)
+            improved += lowered
             kept += 1
             idle = 0
             for t, ch in new.items():
@@ -159,7 +161,7 @@ def ruin_and_recreate(problem: Problem, cands: list[list[Candidate]], start: Ass
                 choices[t] = ch
                 _index(tables_on, t, ch, 1)
             state, current = trial, score
-            if polish_steps and score[0] < current_top * (1 - _REL_EPS):
+            if polish_steps and lowered:
                 # At most what the budget has left (one step at least). A larger budget's
                 # polish runs on along the same steps from the same state, and a cut one
                 # ends the search, so more budget still never ends worse.
@@ -175,10 +177,7 @@ def ruin_and_recreate(problem: Problem, cands: list[list[Candidate]], start: Ass
                     choices = list(polished.choices)
                     state = LoadState.of_choices(problem, choices)
                     current = _score(state.load())
-                    tables_on = [set() for _ in range(w)]
-                    for t, ch in enumerate(choices):
-                        _index(tables_on, t, ch, 1)
-            current_top = current[0]
+                    tables_on = _tables_on(choices, w)
     log.info("ruin and recreate: %d rounds, %d kept, %d lowered the makespan (%.6g -> %.6g "
              "s), %.3g deterministic s", rounds, kept, improved, start_s, current[0], spent)
     notes = [*start.notes]
