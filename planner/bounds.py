@@ -24,6 +24,9 @@ is folded into balanced_s, which it never lowers.
 The owner-side bound (planner/owner_bound.py) adds what one GPU must carry
 whatever the plan: the busiest piece, every replica, and its samples' vectors from pieces on
 other hosts, traded against what its host can hold.
+The host bound (planner/host_bound.py) sums each host's GPUs with the owner side, the
+heaviest table's groups placed branch by branch: hosts that one large table fills must
+receive the other tables' vectors, a wait no spreading of work removes.
 None of this reads the plan the partitioner chose.
 """
 
@@ -32,6 +35,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from planner.candidates import Candidate
+from planner.host_bound import host_bound
 from planner.owner_bound import owner_bound
 from planner.problem import Problem
 from planner.relaxation import (
@@ -54,6 +58,9 @@ class LowerBound:
     pinned_s: float = 0.0  # the pinned-set part of balanced_s (0 without pins)
     # The busiest piece's GPU with its replicas and owner side (planner/owner_bound.py).
     owner_s: float = 0.0
+    # Each host's GPUs with the owner side, one table's groups placed (planner/host_bound.py;
+    # 0 where not computed: one host, or too large an LP).
+    host_s: float = 0.0
 
     def with_solver(self, solver_s: float) -> "LowerBound":
         """Adopt the solver's bound where it is tighter (it is valid over the same space)."""
@@ -186,8 +193,10 @@ def lower_bound(problem: Problem, cands: list[list[Candidate]]) -> LowerBound:
     pinned = pinned + c if pinned > 0 else pinned
     average = max(plain, priced)
     owner = owner_bound(problem, cands)  # counts the fixed latency itself
+    known = max(average, largest, balanced, pinned, owner)
+    host = host_bound(problem, cands, known).value_s  # counts the fixed latency itself
     return LowerBound(
-        value_s=max(average, largest, balanced, pinned, owner),
+        value_s=max(known, host),
         average_s=average,
         largest_piece_s=largest,
         balanced_s=max(balanced, pinned),
@@ -195,4 +204,5 @@ def lower_bound(problem: Problem, cands: list[list[Candidate]]) -> LowerBound:
         prices=(float(prices[0]), float(prices[1]), float(prices[2])),
         pinned_s=pinned,
         owner_s=owner,
+        host_s=host,
     )

@@ -275,7 +275,8 @@ def analytic_value(b: LowerBound) -> float:
     unless with_solver raised it to the solver's; then the largest of its parts)."""
     if b.solver_s <= 0 or b.value_s > b.solver_s:
         return b.value_s
-    return min(b.value_s, max(b.average_s, b.largest_piece_s, b.balanced_s, b.owner_s))
+    return min(b.value_s, max(b.average_s, b.largest_piece_s, b.balanced_s, b.owner_s,
+                              b.host_s))
 
 
 def certificate_of(bound: LowerBound, problem: Problem, candidates: str | None = None,
@@ -301,6 +302,9 @@ def bound_note(b: LowerBound) -> str:
     parts.append(f"work that fits under the makespan {b.balanced_s:.6g} s")
     if b.owner_s > 0:
         parts.append(f"the busiest piece's GPU with replicas and owner side {b.owner_s:.6g} s")
+    if b.host_s > 0:
+        parts.append(f"each host's GPUs with the owner side, the heaviest table placed "
+                     f"{b.host_s:.6g} s")
     if b.solver_s > 0:
         parts.append(f"CP-SAT's proven bound on the exact model {b.solver_s:.6g} s")
     return "max of " + ", ".join(parts) + ", over all plans in the candidate space"

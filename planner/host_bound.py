@@ -1,0 +1,294 @@
+"""A lower bound from the hosts' side: each host's GPUs together, with the owner side of the
+all-to-alls, and the heaviest table's groups placed (branching, host symmetry).
+
+The balanced bound (planner/bounds.py) spreads work over GPUs as if any mix were possible;
+the owner-side bound (planner/owner_bound.py) looks at one GPU. Neither sees that a table too
+heavy for one GPU must fill whole hosts (a grid or table-row-wise candidate puts a group of
+pieces on every GPU of a host) and that those hosts then receive, over their NICs, the
+pooled vectors of every piece elsewhere (cost_models/placement.py). Per host h (G GPUs, b
+samples per GPU), summing a GPU's load comp + comm + wait over the host, and per phase k
+sum_r max(0, d_rk) >= max(0, sum_r d_rk) over the owner deficits d (placement.owner_deficit):
+
+  G M >= G fixed + sum of the loads on h + sum_k max(0, G b (Tot_k - R_hk) - I_hk) / NIC,
+
+Tot_k the owner bytes per sample of every piece, R_hk those of the pieces on h, I_hk the
+pieces on h's inter-host bytes. When the step is pipelined the loads are the two sides'
+sum, x + y <= y + max(x, 0) (cost.step_time), so the same holds. Letting the choice of
+candidates and each group's host be fractional gives an LP (GLOP): a relaxation, so its
+optimum is at most every plan's makespan. Pins are left out (a relaxation too), which makes
+every host alike: any plan can be relabelled so that the anchor table's groups land on hosts
+0, 1, ... in the order of their first use, so fixing the anchor's candidate and the partition
+of its groups over hosts, branch by branch, leaves a relaxation of each branch, and the
+least over the branches bounds every plan. The anchor is the table whose cheapest candidate
+carries the most work. (Spread fractionally, a table's groups balance every host's owner
+side; fixed whole, they show the wait the plan cannot avoid.)
+
+Every candidate whose largest piece (plus the fixed seconds) exceeds T is left out of the LP
+at T: a plan with makespan M <= T uses none of them, so if the LP at T is above T, every plan
+of the branch is slower than T. The LP's value only falls as T grows, so per branch the
+largest such T is found by bisection over the candidates' piece sizes, above the bound
+already known. GLOP's optimum is trusted to within _TOL relative.
+"""
+
+from dataclasses import dataclass
+from itertools import count
+
+import numpy as np
+import scipy.sparse as sp
+from ortools.linear_solver.python import model_builder as mb
+
+from planner.candidates import Candidate, Scope
+from planner.problem import Problem
+
+_MS = 1e3  # seconds -> milliseconds in the LP
+_GB = 1e-9  # bytes -> GB in the memory rows
+_TOL = 1e-6
+# Above this many variables the bound is not computed (0): a few hundred tables on a few
+# hosts; each LP is then milliseconds and a bound a few dozen of them.
+MAX_VARS = 6_000
+# The anchor's groups are placed by set partition (Bell(4) = 15 at most, fewer where groups
+# are alike); a candidate with more groups keeps them fractional.
+_MAX_GROUPS = 4
+
+
+@dataclass(frozen=True)
+class HostBound:
+    value_s: float  # 0 when not computed
+    anchor: str  # the branched table's name ("" when not computed)
+    branches: int  # branches solved
+    lps: int  # LPs solved
+
+
+@dataclass(frozen=True)
+class _Lp:
+    """The LP's fixed part: the constraint matrix and row bounds, the variables' layout."""
+
+    matrix: sp.csr_matrix
+    row_lb: np.ndarray
+    row_ub: np.ndarray
+    n_vars: int
+    x_index: list[list[int]]  # per table, per candidate: the x column
+    z_index: list[list[list[int]]]  # per table, per candidate, per group: first z column
+    m_col: int
+    maxp: list[list[float]]  # per table, per candidate: largest piece + fixed seconds
+
+
+def _partitions(n: int):
+    """Set partitions of range(n) as block labels in order of first use (restricted growth
+    strings): (0, 0), (0, 1) for n = 2."""
+    def grow(prefix: list[int], top: int):
+        if len(prefix) == n:
+            yield tuple(prefix)
+            return
+        for label in range(top + 2):
+            yield from grow([*prefix, label], max(top, label))
+    yield from grow([], -1)
+
+
+def _build(problem: Problem, cands: list[list[Candidate]], memory: bool) -> _Lp | None:
+    hw, model = problem.hw, problem.model
+    hosts, g = hw.hosts, hw.gpus_per_host
+    fixed = float(sum(problem.estimator.fixed().sides(model.pipelined)))
+    owner = g * model.batch_per_gpu / hw.eff_nic_bw * _MS  # ms per owner byte per sample
+    nic = _MS / hw.eff_nic_bw  # ms per inter-host byte
+    n_tables = len(cands)
+    col = count()
+    x_index: list[list[int]] = []
+    z_index: list[list[list[int]]] = []
+    maxp: list[list[float]] = []
+    entries: list[tuple[int, int, float]] = []  # (row, column, value)
+    row = count()
+    choose_rows = [next(row) for _ in range(n_tables)]
+    for t, cs in enumerate(cands):
+        x_index.append([next(col) for _ in cs])
+        maxp.append([c.max_piece + fixed for c in cs])
+        for j in range(len(cs)):
+            entries.append((choose_rows[t], x_index[t][j], 1.0))
+    # Host rows come after the groups' rows; their numbers are known once groups are counted.
+    groups = [(t, j, k) for t, cs in enumerate(cands) for j, c in enumerate(cs)
+              if c.scope is not Scope.WORLD for k in range(len(c.groups))]
+    group_rows = {key: next(row) for key in groups}
+    load_rows = [next(row) for _ in range(hosts)]
+    wait_rows = [[next(row) for _ in range(3)] for _ in range(hosts)]
+    mem_rows = [[next(row) for _ in range(3)] for _ in range(hosts)]
+    n_rows = next(row)
+    for t, cs in enumerate(cands):
+        z_index.append([])
+        for j, c in enumerate(cs):
+            x = x_index[t][j]
+            total = sum(grp.rate.sum(axis=0) for grp in c.groups)
+            for h in range(hosts):
+                for k in range(3):  # Tot_k: every piece's owner bytes, wherever it is
+                    entries.append((wait_rows[h][k], x, -owner * float(total[k])))
+            z_index[t].append([])
+            if c.scope is Scope.WORLD:
+                for grp in c.groups:  # piece i on rank i
+                    for h in range(hosts):
+                        s = slice(h * g, (h + 1) * g)
+                        _host_terms(entries, x, grp, s, load_rows[h], wait_rows[h],
+                                    mem_rows[h], owner, nic)
+                continue
+            for k_grp, grp in enumerate(c.groups):
+                first = next(col)
+                z_index[t][j].append(first)
+                for _ in range(hosts - 1):
+                    next(col)
+                r = group_rows[(t, j, k_grp)]
+                entries.append((r, x, -1.0))
+                for h in range(hosts):
+                    entries.append((r, first + h, 1.0))
+                    _host_terms(entries, first + h, grp, slice(None), load_rows[h],
+                                wait_rows[h], mem_rows[h], owner, nic)
+    w_first = next(col)
+    for h in range(hosts):
+        for k in range(3):
+            if h or k:
+                next(col)
+            entries.append((wait_rows[h][k], w_first + 3 * h + k, 1.0))
+            entries.append((load_rows[h], w_first + 3 * h + k, -1.0))
+    m_col = next(col)
+    n_vars = m_col + 1
+    if n_vars > MAX_VARS:
+        return None
+    for h in range(hosts):
+        entries.append((load_rows[h], m_col, float(g)))
+    r_, c_, v_ = zip(*entries, strict=True)
+    matrix = sp.csr_matrix((v_, (r_, c_)), shape=(n_rows, n_vars))
+    lb = np.zeros(n_rows)
+    ub = np.zeros(n_rows)
+    lb[choose_rows] = ub[choose_rows] = 1.0
+    for h in range(hosts):
+        lb[load_rows[h]], ub[load_rows[h]] = g * fixed * _MS, np.inf
+        for k in range(3):
+            lb[wait_rows[h][k]], ub[wait_rows[h][k]] = 0.0, np.inf
+        caps = (g * hw.hbm_cap, hw.ddr_cap, hw.ssd_cap)
+        for k in range(3):
+            lb[mem_rows[h][k]], ub[mem_rows[h][k]] = -np.inf, caps[k] * _GB if memory else np.inf
+    return _Lp(matrix.tocsr(), lb, ub, n_vars, x_index, z_index, m_col, maxp)
+
+
+def _host_terms(entries: list[tuple[int, int, float]], var: int, grp, s: slice, load_row: int,
+                wait_row: list[int], mem_row: list[int], owner: float, nic: float) -> None:
+    """The pieces `s` of group `grp` on one host, scaled by column `var`: their loads, their
+    owner bytes (R) and inter-host bytes (I) in the wait rows, their memory."""
+    entries.append((load_row, var, -float((grp.comp[s] + grp.comm[s]).sum()) * _MS))
+    rate, inter = grp.rate[s].sum(axis=0), grp.inter[s].sum(axis=0)
+    for k in range(3):
+        entries.append((wait_row[k], var, owner * float(rate[k]) + nic * float(inter[k])))
+    for k, arr in enumerate((grp.hbm, grp.ddr, grp.ssd)):
+        entries.append((mem_row[k], var, float(arr[s].sum()) * _GB))
+
+
+def _solve(lp: _Lp, var_lb: np.ndarray, var_ub: np.ndarray) -> float | None:
+    """The LP's optimum in seconds, None when GLOP proves none or fails."""
+    obj = np.zeros(lp.n_vars)
+    obj[lp.m_col] = 1.0
+    model = mb.ModelBuilder()
+    model.helper.fill_model_from_sparse_data(var_lb, var_ub, obj, lp.row_lb, lp.row_ub,
+                                             lp.matrix)
+    solver = mb.ModelSolver("glop")
+    if solver.solve(model) != mb.SolveStatus.OPTIMAL:
+        return None
+    return float(solver.objective_value) / _MS
+
+
+def host_bound(problem: Problem, cands: list[list[Candidate]], known_s: float,
+               memory: bool = True) -> HostBound:
+    """The bound of the module docstring, at least `known_s` (a bound already proven) and the
+    largest piece every plan has; value 0 on one host or above MAX_VARS variables. `memory`
+    False leaves the hosts' memory caps out (a bound on plans that need not fit, which
+    benchmarks/bound_falsify holds random plans to)."""
+    none = HostBound(0.0, "", 0, 0)
+    if problem.hw.hosts < 2 or not cands:
+        return none
+    size = sum(1 + (0 if c.scope is Scope.WORLD else problem.hw.hosts * len(c.groups))
+               for cs in cands for c in cs) + 3 * problem.hw.hosts + 1
+    lp = _build(problem, cands, memory) if size <= MAX_VARS else None
+    if lp is None:
+        return none
+    hosts = problem.hw.hosts
+    anchor = max(range(len(cands)), key=lambda t: (min(c.work for c in cands[t]), -t))
+    # Branches: the anchor's candidate and, for its groups, a set partition over hosts
+    # (groups alike give the same branch: one is kept).
+    branches: list[tuple[int, tuple[int, ...]]] = []
+    for j, c in enumerate(cands[anchor]):
+        n = len(c.groups)
+        if c.scope is Scope.WORLD or n > _MAX_GROUPS:
+            branches.append((j, ()))
+            continue
+        sig = [_signature(grp) for grp in c.groups]
+        seen = set()
+        for labels in _partitions(n):
+            if max(labels) >= hosts:
+                continue
+            key = tuple(sorted(tuple(sorted(sig[i] for i in range(n) if labels[i] == b))
+                               for b in range(max(labels) + 1)))
+            if key not in seen:
+                seen.add(key)
+                branches.append((j, labels))
+    # Every plan carries some piece of every table: the least largest piece is a bound.
+    known_s = max(known_s, max(min(ps) for ps in lp.maxp))
+    points = sorted({p for ps in lp.maxp for p in ps if p > known_s})
+    lps = 0
+
+    def value_at(branch: tuple[int, tuple[int, ...]], t_s: float) -> float | None:
+        nonlocal lps
+        lps += 1
+        var_lb, var_ub = np.zeros(lp.n_vars), np.full(lp.n_vars, np.inf)
+        for t, cs in enumerate(lp.maxp):
+            for j, p in enumerate(cs):
+                var_ub[lp.x_index[t][j]] = 1.0 if p <= t_s * (1 + 1e-12) else 0.0
+        j_a, labels = branch
+        for j, x in enumerate(lp.x_index[anchor]):
+            var_lb[x] = var_ub[x] = 1.0 if j == j_a else 0.0
+        for k, first in enumerate(lp.z_index[anchor][j_a] if labels else ()):
+            for h in range(hosts):
+                var_lb[first + h] = var_ub[first + h] = 1.0 if h == labels[k] else 0.0
+        if lp.maxp[anchor][j_a] > t_s * (1 + 1e-12):
+            return np.inf  # the branch's candidate alone is slower than t_s
+        return _solve(lp, var_lb, var_ub)
+
+    def proves(branch: tuple[int, tuple[int, ...]], t_s: float) -> tuple[bool, float]:
+        v = value_at(branch, t_s)
+        return (v is not None and v > t_s * (1 + _TOL)), (v or 0.0)
+
+    # Every branch at known_s first (one LP each): one that proves nothing ends it. Then
+    # the weakest branches first, each bisected only below the least bound so far.
+    # The most spread placements first: the likeliest to prove nothing.
+    branches.sort(key=lambda b: (-(max(b[1]) + 1 if b[1] else hosts), b))
+    first = []
+    for branch in branches:
+        first.append(proves(branch, known_s))
+        if not first[-1][0]:
+            return HostBound(known_s, problem.tables[anchor].name, len(branches), lps)
+    best = np.inf
+    for i in sorted(range(len(branches)), key=lambda i: (first[i][1], i)):
+        best = min(best, _branch_bound(branches[i], known_s, first[i][1], points, best,
+                                       proves))
+    return HostBound(float(best), problem.tables[anchor].name, len(branches), lps)
+
+
+def _signature(grp) -> bytes:
+    return b"".join(np.ascontiguousarray(a).tobytes() for a in
+                    (grp.comp, grp.comm, grp.rate, grp.inter, grp.hbm, grp.ddr, grp.ssd))
+
+
+def _branch_bound(branch, known_s: float, v0: float, points: list[float], cap: float,
+                  proves) -> float:
+    """The largest T (at most `cap`) that the branch's LP proves no plan of it reaches, the
+    LP having proven known_s with value v0. The LP's value v is constant on each segment
+    [T_i, T_i+1) between piece sizes and falls from one to the next; on a segment, T is
+    proven below v."""
+    starts = [known_s, *(p for p in points if p < min(cap, v0))]
+    # The last segment start that the LP proves (binary search: proven ones come first).
+    lo, hi = 0, len(starts) - 1
+    values = {0: v0}
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        ok, v = proves(branch, starts[mid])
+        if ok:
+            lo, values[mid] = mid, v
+        else:
+            hi = mid - 1
+    end = starts[lo + 1] if lo + 1 < len(starts) else cap
+    return min(values[lo], end)
