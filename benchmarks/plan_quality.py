@@ -126,9 +126,11 @@ def run_case(fixture: str, preset: str, hosts: int) -> dict[str, Any]:
         # The LP relaxation's optimum per GPU (with the step's fixed latency): the average
         # term of the analytic bound, which adds the largest piece and the balanced bound.
         row["lp_bound_s"] = bound.average_s
+        # The host bound (planner/host_bound.py), part of the analytic one; 0: not computed.
+        row["host_bound_s"] = bound.host_s
     except planner.InfeasibleError:
         bound = _no_bound()
-        row["simple_bound_s"] = row["lp_bound_s"] = None
+        row["simple_bound_s"] = row["lp_bound_s"] = row["host_bound_s"] = None
 
     if plan is None:
         row.update(ours_s=None, gap=None, solver=None, status="infeasible",
@@ -221,7 +223,8 @@ def _pct(x: float | None) -> str:
 def markdown(rows: list[dict[str, Any]], summary: dict[str, Any], meta: dict[str, Any],
              previous: dict[str, Any] | None = None) -> str:
     names = list(COSTS)
-    head = ["fixture", "preset", "hosts", "GPUs", "tables", "ours ms", "LP ms", "analytic ms",
+    head = ["fixture", "preset", "hosts", "GPUs", "tables", "ours ms", "LP ms", "host LP ms",
+            "analytic ms",
             "CP-SAT ms", "LB ms", "gap",
             "greedy ms", *[f"{n} ms" for n in names], "ours/best", "plan s", "solver",
             "status"]
@@ -231,8 +234,11 @@ def markdown(rows: list[dict[str, Any]], summary: dict[str, Any], meta: dict[str
         "Estimated step time of the sparse part (slowest GPU, cost model, milliseconds) of our "
         "plan (default solver `auto`), its lower bounds over our candidate space side by side "
         "(LP: the LP relaxation of candidate choice under the cluster's memory, per GPU, "
-        "planner/relaxation.py; analytic: the plan's analytic bound, the LP's or the largest "
-        "piece or the balanced bound or the owner-side bound (planner/owner_bound.py), "
+        "planner/relaxation.py; host LP: the LP per host with the owner side of the "
+        "all-to-alls, the heaviest table's groups placed branch by branch "
+        "(planner/host_bound.py; `-`: one host, or too large an LP); analytic: the plan's "
+        "analytic bound, the LP's or the largest piece or the balanced bound or the owner-"
+        "side bound (planner/owner_bound.py) or the host LP, "
         "whichever is highest; CP-SAT: the best bound CP-SAT "
         "proved, where it ran; LB: the bound the gap is taken to, the highest; **optimal** = "
         "CP-SAT proved the plan optimal), the heuristic alone (`--solver greedy`), and the "
@@ -253,7 +259,8 @@ def markdown(rows: list[dict[str, Any]], summary: dict[str, Any], meta: dict[str
         lines.append("| " + " | ".join([
             r["fixture"], r["preset"], str(r["hosts"]), str(r["gpus"]), str(r["tables"]),
             _ms(r["ours_s"]) if r["ours_s"] is not None else "infeasible",
-            _ms(r.get("lp_bound_s")), _ms(r["simple_bound_s"]), _ms(r.get("cpsat_bound_s")),
+            _ms(r.get("lp_bound_s")), _ms(r.get("host_bound_s") or None),
+            _ms(r["simple_bound_s"]), _ms(r.get("cpsat_bound_s")),
             _ms(r["lower_bound_s"]), _pct(r["gap"]), _ms(r["greedy_s"]), *bl, ratio,
             f"{r['plan_time_s']:.2f}", r["solver"] or "-",
             "**optimal**" if r["proved_optimal"] else r["status"],
