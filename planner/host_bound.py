@@ -291,4 +291,5 @@ def _branch_bound(branch, known_s: float, v0: float, points: list[float], cap: f
         else:
             hi = mid - 1
     end = starts[lo + 1] if lo + 1 < len(starts) else cap
-    return min(values[lo], end)
+    # GLOP's optimum is trusted to within _TOL: the value is taken that much lower.
+    return min(values[lo] * (1 - _TOL), end)
