@@ -53,7 +53,7 @@ _MAX_GROUPS = 4
 
 @dataclass(frozen=True)
 class HostBound:
-    value_s: float  # 0 when not computed
+    value_s: float  # 0 when not computed or not above the bound it started from
     anchor: str  # the branched table's name ("" when not computed)
     branches: int  # branches solved
     lps: int  # LPs solved
@@ -194,8 +194,9 @@ def _solve(lp: _Lp, var_lb: np.ndarray, var_ub: np.ndarray) -> float | None:
 
 def host_bound(problem: Problem, cands: list[list[Candidate]], known_s: float,
                memory: bool = True) -> HostBound:
-    """The bound of the module docstring, at least `known_s` (a bound already proven) and the
-    largest piece every plan has; value 0 on one host or above MAX_VARS variables. `memory`
+    """The bound of the module docstring where it is above `known_s` (a bound already proven)
+    and the largest piece every plan has; value 0 where it is not, on one host, or above
+    MAX_VARS variables. `memory`
     False leaves the hosts' memory caps out (a bound on plans that need not fit, which
     benchmarks/bound_falsify holds random plans to)."""
     none = HostBound(0.0, "", 0, 0)
@@ -260,12 +261,13 @@ def host_bound(problem: Problem, cands: list[list[Candidate]], known_s: float,
     for branch in branches:
         first.append(proves(branch, known_s))
         if not first[-1][0]:
-            return HostBound(known_s, problem.tables[anchor].name, len(branches), lps)
+            return HostBound(0.0, problem.tables[anchor].name, len(branches), lps)
     best = np.inf
     for i in sorted(range(len(branches)), key=lambda i: (first[i][1], i)):
         best = min(best, _branch_bound(branches[i], known_s, first[i][1], points, best,
                                        proves))
-    return HostBound(float(best), problem.tables[anchor].name, len(branches), lps)
+    value = float(best) if best > known_s else 0.0
+    return HostBound(value, problem.tables[anchor].name, len(branches), lps)
 
 
 def _signature(grp) -> bytes:
