@@ -316,9 +316,7 @@ class _Search:
             if self.budget is not None and self.lps >= self.budget:
                 return None
             ok, v = self.proves(kid, bound)
-            # Above the bound by more than its own shrink (_branch_bound's 1 - _TOL): a child
-            # whose LP only equals its parent's gains nothing, and one is enough to stop.
-            if not ok or v <= bound * (1 + _TOL) / (1 - _TOL):
+            if not ok:
                 return None
             first.append(v)
         out = []
