@@ -164,8 +164,10 @@ def _plan(request: PlanRequest | ResolvedRequest | dict[str, Any],
     assignment = solved.assignment if solved is not None else heuristic
     if solved is not None and solved.bound_s is not None:
         bound = bound.with_solver(solved.bound_s)
-    proven = solved is not None and makespan(problem, assignment.choices) <= bound.value_s * (
-        1 + policy.proven_tol)
+    # Proven optimal over the candidate space when the plan meets a bound, the analytic one
+    # included (the checker recomputes it): the heuristic's plan too, where the search was
+    # skipped.
+    proven = makespan(problem, assignment.choices) <= bound.value_s * (1 + policy.proven_tol)
     layout = layout_of(problem, assignment)
     warnings = []
     tiers = {c.cand.tier.value for c in assignment.choices}
@@ -182,6 +184,8 @@ def _plan(request: PlanRequest | ResolvedRequest | dict[str, Any],
         det = solved.det_time
         history = [SolverPoint(det_time=p.det_time, incumbent_s=p.incumbent_s,
                                bound_s=p.bound_s) for p in solved.history]
+    elif proven:
+        status = "optimal"
     return build_plan(layout, problem, bound, solver, status, warnings,
                       _decisions(problem, slow, bound, assignment), det, history,
                       certificate=certificate_of(
