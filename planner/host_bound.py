@@ -48,6 +48,8 @@ from planner.problem import Problem
 _MS = 1e3  # seconds -> milliseconds in the LP
 _GB = 1e-9  # bytes -> GB in the memory rows
 _TOL = 1e-6
+# GLOP's simplex iterations per LP (the LPs here take tens to a few thousand).
+_MAX_ITERATIONS = 20_000
 # Above this many variables the bound is not computed (0): a few hundred tables on a few
 # hosts; each LP is then milliseconds and a bound a few dozen of them.
 MAX_VARS = 6_000
@@ -180,6 +182,9 @@ def _solve(lp: _Lp, var_lb: np.ndarray, var_ub: np.ndarray) -> float | None:
     model.helper.fill_model_from_sparse_data(var_lb, var_ub, obj, lp.row_lb, lp.row_ub,
                                              lp.matrix)
     solver = mb.ModelSolver("glop")
+    # A deterministic cap (a time limit would make the bound depend on the machine): one
+    # degenerate LP of a drawn 4-host instance ran on for minutes. Capped, it proves nothing.
+    solver.set_solver_specific_parameters(f"max_number_of_iterations: {_MAX_ITERATIONS}")
     if solver.solve(model) != mb.SolveStatus.OPTIMAL:
         return None
     return float(solver.objective_value) / _MS
@@ -195,8 +200,8 @@ def host_bound(problem: Problem, cands: list[list[Candidate]], known_s: float,
     Branch and bound: the first anchor's branches all bounded (one that proves nothing
     above known_s ends it: 0), then, best first, the branch with the least bound is split on
     the next anchor's candidate and placement, while the further LPs solved stay within
-    _LP_CELLS (LPs x variables; deterministic). The least bound over the open branches holds at any
-    point, since they cover every plan."""
+    _MAX_LPS and _LP_CELLS (LPs x variables; deterministic). The least bound over the open
+    branches holds at any point, since they cover every plan."""
     none = HostBound(0.0, "", 0, 0)
     hosts = problem.hw.hosts
     if hosts < 2 or not cands:
@@ -221,7 +226,7 @@ def host_bound(problem: Problem, cands: list[list[Candidate]], known_s: float,
         if kids is None:  # nothing above this branch's bound, or the budget spent
             break
         if search.budget is None:  # the first anchor's branches bounded: now the budget
-            search.budget = search.lps + max(1, _LP_CELLS // lp.n_vars)
+            search.budget = search.lps + max(1, min(_MAX_LPS, _LP_CELLS // lp.n_vars))
         heapq.heappop(heap)
         for kid_bound, kid in kids:
             heapq.heappush(heap, (kid_bound, next(order), kid))
@@ -236,10 +241,13 @@ def host_bound(problem: Problem, cands: list[list[Candidate]], known_s: float,
 _Fix = tuple[int, int, tuple[int, ...]]
 # Anchors branched on, in order (the tables whose cheapest candidate carries the most work).
 _DEPTH = 3
-# The LPs the splits below the first anchor may solve, as LPs x variables (the first
-# anchor's branches are always bounded): criteo_dcnv2 on 4 hosts (1,581 variables) 158 more
-# LPs (it uses 140: 3.715 -> 3.811 ms, 1.25 s in all), on 16 hosts (5,802) 43 (it stops
-# after 31, a split that gains nothing: 1.6 of its 3 s).
+# The LPs the splits below the first anchor may solve (the first anchor's branches are
+# always bounded): at most _MAX_LPS, and _LP_CELLS as LPs x variables. criteo_dcnv2 on 4
+# hosts (1,581 variables): 3.715 ms after the first anchor's ~50 LPs, 3.806 with 80 more,
+# 3.811 with 120 (0.6, 1.0, 1.3 s); on 16 hosts (5,802) 43 more, which gain nothing there.
+# Small instances solve many small LPs: without the count cap a 4-host instance of a few
+# tables took seconds.
+_MAX_LPS = 80
 _LP_CELLS = 250_000
 
 
