@@ -16,10 +16,12 @@ pieces on h's inter-host bytes. When the step is pipelined the loads are the two
 sum, x + y <= y + max(x, 0) (cost.step_time), so the same holds. Letting the choice of
 candidates and each group's host be fractional gives an LP (GLOP): a relaxation, so its
 optimum is at most every plan's makespan. Pins are left out (a relaxation too), which makes
-every host alike: any plan can be relabelled so that the anchor table's groups land on hosts
-0, 1, ... in the order of their first use, so fixing the anchor's candidate and the partition
-of its groups over hosts, branch by branch, leaves a relaxation of each branch, and the
-least over the branches bounds every plan. The anchors are the tables whose cheapest
+every host alike (unless a world-scope group brings hosts different loads, _hosts_alike:
+then every host tuple is its own branch and nothing is relabelled): any plan can be
+relabelled so that the anchor table's groups land on hosts 0, 1, ... in the order of their
+first use, so fixing the anchor's candidate and the partition of its groups over hosts,
+branch by branch, leaves a relaxation of each branch, and the least over the branches
+bounds every plan. The anchors are the tables whose cheapest
 candidate carries the most work, in that order: the branch with the least bound is split on
 the next anchor (its groups on the hosts already used or on new ones in order of first use,
 placements alike up to relabelling kept once), best first, within a budget of LPs; the
@@ -35,6 +37,7 @@ already known. GLOP's optimum is trusted to within _TOL relative.
 """
 
 import heapq
+import itertools
 from dataclasses import dataclass
 from itertools import count
 
@@ -48,6 +51,9 @@ from planner.problem import Problem
 _MS = 1e3  # seconds -> milliseconds in the LP
 _GB = 1e-9  # bytes -> GB in the memory rows
 _TOL = 1e-6
+# Where hosts differ (_hosts_alike), a group set's placements are all host tuples, kept
+# fractional above this many.
+_MAX_PLACEMENTS = 64
 # GLOP's simplex iterations per LP (the LPs here take tens to a few thousand).
 _MAX_ITERATIONS = 20_000
 # Above this many variables the bound is not computed (0): a few hundred tables on a few
@@ -216,7 +222,7 @@ def host_bound(problem: Problem, cands: list[list[Candidate]], known_s: float,
     # Every plan carries some piece of every table: the least largest piece is a bound.
     known_s = max(known_s, max(min(ps) for ps in lp.maxp))
     points = sorted({p for ps in lp.maxp for p in ps if p > known_s})
-    search = _Search(lp, cands, hosts, points, None)
+    search = _Search(lp, cands, hosts, points, None, _hosts_alike(problem, cands))
     name = problem.tables[anchors[0]].name
     heap: list[tuple[float, int, tuple[_Fix, ...]]] = [(known_s, 0, ())]
     order = count(1)
@@ -255,8 +261,9 @@ class _Search:
     """The branches' LPs: what each fixes, how many were solved, and children by anchor."""
 
     def __init__(self, lp: _Lp, cands: list[list[Candidate]], hosts: int,
-                 points: list[float], budget: int | None) -> None:
+                 points: list[float], budget: int | None, alike: bool) -> None:
         self.lp, self.cands, self.hosts, self.points = lp, cands, hosts, points
+        self.alike = alike
         self.budget, self.lps, self.branches = budget, 0, 0
         self._sigs: dict[tuple[int, int], list[bytes]] = {}
 
@@ -283,7 +290,10 @@ class _Search:
         return (v is not None and v > t_s * (1 + _TOL)), (v or 0.0)
 
     def _key(self, fixes: tuple[_Fix, ...]) -> tuple:
-        """The fixes up to a relabelling of hosts: each host's groups, as a sorted list."""
+        """The fixes up to a relabelling of hosts: each host's groups, as a sorted list
+        (the fixes themselves where hosts differ)."""
+        if not self.alike:
+            return fixes
         per_host: dict[int, list[tuple[int, int, bytes]]] = {}
         for t, j, labels in fixes:
             sigs = self._sigs.setdefault((t, j), [_signature(g) for g in
@@ -304,7 +314,14 @@ class _Search:
             if c.scope is Scope.WORLD or n > _MAX_GROUPS:
                 out.append((*fixes, (t, j, ())))
                 continue
-            for labels in _grown(n, used, self.hosts):
+            if self.alike:
+                placements = _grown(n, used, self.hosts)
+            elif self.hosts ** n <= _MAX_PLACEMENTS:
+                placements = itertools.product(range(self.hosts), repeat=n)
+            else:
+                out.append((*fixes, (t, j, ())))
+                continue
+            for labels in placements:
                 kid = (*fixes, (t, j, labels))
                 key = self._key(kid)
                 if key not in seen:
@@ -336,6 +353,25 @@ class _Search:
             out.append((kid_bound, kids[i]))
         self.branches += len(kids)
         return out
+
+
+def _hosts_alike(problem: Problem, cands: list[list[Candidate]]) -> bool:
+    """Whether every host is alike to the LP: each world-scope group (piece i on rank i)
+    brings each host exactly the same loads, bytes and memory. A row-wise table with skewed
+    access or uneven row bands does not (its first band's host carries more), and then
+    relabelling hosts is no longer free."""
+    hosts, g = problem.hw.hosts, problem.hw.gpus_per_host
+    for cs in cands:
+        for c in cs:
+            if c.scope is not Scope.WORLD:
+                continue
+            for grp in c.groups:
+                for arr in (grp.comp + grp.comm, grp.hbm, grp.ddr, grp.ssd, grp.rate,
+                            grp.inter):
+                    per_host = arr.reshape(hosts, g, -1).sum(axis=1)
+                    if not (per_host == per_host[0]).all():
+                        return False
+    return True
 
 
 def _grown(n: int, used: int, hosts: int):
