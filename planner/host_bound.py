@@ -80,13 +80,14 @@ class _Lp:
     row_lb: np.ndarray
     row_ub: np.ndarray
     n_vars: int
-    x_index: list[list[int]]  # per table, per candidate: the x column
+    x_index: list[list[int]]  # per table, per candidate: the x column (0, 1, ... in order)
     z_index: list[list[list[int]]]  # per table, per candidate, per group: first z column
     m_col: int
     maxp: list[list[float]]  # per table, per candidate: largest piece + fixed seconds
+    maxp_flat: np.ndarray  # the same in x column order
 
 
-def _build(problem: Problem, cands: list[list[Candidate]], memory: bool) -> _Lp | None:
+def _build(problem: Problem, cands: list[list[Candidate]], memory: bool) -> _Lp:
     hw, model = problem.hw, problem.model
     hosts, g = hw.hosts, hw.gpus_per_host
     fixed = float(sum(problem.estimator.fixed().sides(model.pipelined)))
@@ -149,8 +150,6 @@ def _build(problem: Problem, cands: list[list[Candidate]], memory: bool) -> _Lp 
             entries.append((load_rows[h], w_first + 3 * h + k, -1.0))
     m_col = next(col)
     n_vars = m_col + 1
-    if n_vars > MAX_VARS:
-        return None
     for h in range(hosts):
         entries.append((load_rows[h], m_col, float(g)))
     r_, c_, v_ = zip(*entries, strict=True)
@@ -165,7 +164,8 @@ def _build(problem: Problem, cands: list[list[Candidate]], memory: bool) -> _Lp 
         caps = (g * hw.hbm_cap, hw.ddr_cap, hw.ssd_cap)
         for k in range(3):
             lb[mem_rows[h][k]], ub[mem_rows[h][k]] = -np.inf, caps[k] * _GB if memory else np.inf
-    return _Lp(matrix.tocsr(), lb, ub, n_vars, x_index, z_index, m_col, maxp)
+    return _Lp(matrix.tocsr(), lb, ub, n_vars, x_index, z_index, m_col, maxp,
+               np.array([p for ps in maxp for p in ps]))
 
 
 def _host_terms(entries: list[tuple[int, int, float]], var: int, grp, s: slice, load_row: int,
@@ -214,9 +214,9 @@ def host_bound(problem: Problem, cands: list[list[Candidate]], known_s: float,
         return none
     size = sum(1 + (0 if c.scope is Scope.WORLD else hosts * len(c.groups))
                for cs in cands for c in cs) + 3 * hosts + 1
-    lp = _build(problem, cands, memory) if size <= MAX_VARS else None
-    if lp is None:
+    if size > MAX_VARS:  # the LP's columns, as _build lays them out
         return none
+    lp = _build(problem, cands, memory)
     anchors = sorted(range(len(cands)), key=lambda t: (-min(c.work for c in cands[t]), t))
     anchors = anchors[:_DEPTH]
     # Every plan carries some piece of every table: the least largest piece is a bound.
@@ -274,9 +274,8 @@ class _Search:
                 return np.inf  # a fixed candidate alone is slower than t_s
         self.lps += 1
         var_lb, var_ub = np.zeros(lp.n_vars), np.full(lp.n_vars, np.inf)
-        for t, cs in enumerate(lp.maxp):
-            for j, p in enumerate(cs):
-                var_ub[lp.x_index[t][j]] = 1.0 if p <= t_s * (1 + 1e-12) else 0.0
+        # Candidates whose largest piece exceeds t_s left out (x columns come first).
+        var_ub[:len(lp.maxp_flat)] = np.where(lp.maxp_flat <= t_s * (1 + 1e-12), 1.0, 0.0)
         for t, j_fix, labels in fixes:
             for j, x in enumerate(lp.x_index[t]):
                 var_lb[x] = var_ub[x] = 1.0 if j == j_fix else 0.0
