@@ -59,7 +59,7 @@ class LowerBound:
     # The busiest piece's GPU with its replicas and owner side (planner/owner_bound.py).
     owner_s: float = 0.0
     # Each host's GPUs with the owner side, one table's groups placed (planner/host_bound.py;
-    # 0 where not computed: one host, or too large an LP).
+    # 0 where not computed or not above the other bounds: one host, too large an LP).
     host_s: float = 0.0
 
     def with_solver(self, solver_s: float) -> "LowerBound":
