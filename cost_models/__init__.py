@@ -4,6 +4,7 @@ from cost_models.access import AccessModel, CurveAccess, UniformAccess, ZipfAcce
 from cost_models.cache_policy import CachePolicy
 from cost_models.cost import (
     CostBreakdown,
+    fixed_floors,
     piece_cost,
     sides_of,
     step_fixed,
@@ -47,6 +48,7 @@ __all__ = [
     "UniformAccess",
     "ZipfAccess",
     "cache_rows",
+    "fixed_floors",
     "hit_rate",
     "owner_buffers",
     "owner_wait",

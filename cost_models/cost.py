@@ -67,6 +67,19 @@ def step_time(x: Any, y: Any, pipelined: bool) -> Any:
     return x + y
 
 
+def fixed_floors(fixed: CostBreakdown, pipelined: bool) -> tuple[float, float]:
+    """What the fixed seconds every GPU pays (`step_fixed`) add to two floors of a GPU's
+    step: (on the sum of its pieces' two sides, on its pieces' comm side alone or one piece's
+    own step_time). In turn the step is X + Y, so both rise by fx + fy. Pipelined it is
+    Y + max(0, X), which is at least Y + X (both rise by fx + fy), but the comm side and one
+    piece's y + max(0, x) rise by fx + fy only where fx <= 0 (max(0, fx + x) >= max(0, x) +
+    fx needs it): a calibrated profile's phase starts can make fx positive, and then they
+    rise by fy alone."""
+    fx, fy = fixed.sides(pipelined)
+    whole = fx + fy
+    return whole, (fy + min(fx, 0.0) if pipelined else whole)
+
+
 def traffic_cost(t: PieceTraffic, hw: HardwareProfile) -> CostBreakdown:
     """Divide each byte count by the effective bandwidth of the link or memory it uses.
 

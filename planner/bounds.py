@@ -34,6 +34,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from cost_models import fixed_floors
 from planner.candidates import Candidate
 from planner.host_bound import host_bound
 from planner.owner_bound import owner_bound
@@ -119,27 +120,34 @@ _MAX_PIN_SETS, _FULL_PIN_SETS = 256, 8
 
 
 def _work_bounds(cands: list[list[Candidate]], caps: np.ndarray, gpus: int,
-                 pipelined: bool) -> tuple[float, float, float, np.ndarray]:
+                 pipelined: bool, offsets: tuple[float, float] = (0.0, 0.0)
+                 ) -> tuple[float, float, float, np.ndarray]:
     """(plain average, memory-priced average, balanced, prices) of `cands` on `gpus` GPUs
     holding `caps` of HBM, DDR and SSD: every bound of the module docstring but the largest
-    piece."""
+    piece, each floor raised by the fixed seconds `offsets` (cost.fixed_floors: on the
+    pieces' work, on their comm alone)."""
     mem = memory_matrix(cands)
     maxp = candidate_matrix(cands, "max_piece")
     parts = ["work", "comm_work"] if pipelined else ["work"]
     plain, priced, balanced, prices = 0.0, 0.0, 0.0, np.zeros(3)
     for attr in parts:
+        off = offsets[0] if attr == "work" else offsets[1]
         work = candidate_matrix(cands, attr)
-        plain = max(plain, float(work.min(axis=1).sum()) / gpus)
+        plain = max(plain, float(work.min(axis=1).sum()) / gpus + off)
         value, lam = lagrangian_bound(work, mem, caps)
-        if value / gpus > priced:
-            priced, prices = value / gpus, lam
+        if value / gpus + off > priced:
+            priced, prices = value / gpus + off, lam
+        # The balanced bound's M also caps each chosen piece's own step, which rises by the
+        # second offset only (equal to the first unless a pipelined step's fixed compute
+        # side is positive).
         for trial in (np.zeros(3), lam):
             balanced = max(balanced, balanced_bound(work, maxp, mem, caps, trial,
-                                                    gpus))
+                                                    gpus) + offsets[1])
     return plain, priced, balanced, prices
 
 
-def pinned_bound(problem: Problem, cands: list[list[Candidate]]) -> float:
+def pinned_bound(problem: Problem, cands: list[list[Candidate]],
+                 offsets: tuple[float, float] = (0.0, 0.0)) -> float:
     """The balanced and average bounds on each pin set P alone, over the tables pinned
     inside P (see the module docstring); 0 when no table is pinned to fewer than all GPUs."""
     hw = problem.hw
@@ -159,7 +167,8 @@ def pinned_bound(problem: Problem, cands: list[list[Candidate]]) -> float:
     floors = {a: candidate_matrix(cands, a).min(axis=1) for a in parts}
 
     def plain(idx: list[int], gpus: int) -> float:
-        return max(float(floors[a][idx].sum()) / gpus for a in parts)
+        return max(float(floors[a][idx].sum()) / gpus + (offsets[0] if a == "work" else
+                                                          offsets[1]) for a in parts)
 
     # Which sets P to try: the _MAX_PIN_SETS whose own tables weigh most per GPU; each then
     # with every table whose pin set lies inside it.
@@ -172,7 +181,7 @@ def pinned_bound(problem: Problem, cands: list[list[Candidate]]) -> float:
         hosts = len({r // g for r in range(w) if p >> r & 1})
         caps = np.array([sizes[p] * hw.hbm_cap, hosts * hw.ddr_cap, hosts * hw.ssd_cap],
                         dtype=float)
-        _, priced, balanced, _ = _work_bounds(sub, caps, sizes[p], pipelined)
+        _, priced, balanced, _ = _work_bounds(sub, caps, sizes[p], pipelined, offsets)
         best = max(best, priced, balanced)
     return best
 
@@ -180,17 +189,16 @@ def pinned_bound(problem: Problem, cands: list[list[Candidate]]) -> float:
 def lower_bound(problem: Problem, cands: list[list[Candidate]]) -> LowerBound:
     hw = problem.hw
     w = hw.world_size
-    largest = float(candidate_matrix(cands, "max_piece").min(axis=1).max())
+    # Every GPU also pays the step's fixed latency (cost.step_fixed): each floor rises by
+    # what cost.fixed_floors says it may (on the pieces' work by both fixed sides; on comm
+    # alone and on one piece's step_time, pipelined, by less where the fixed compute side
+    # is positive, as a calibrated profile's phase starts make it).
+    offsets = fixed_floors(problem.estimator.fixed(), problem.model.pipelined)
+    largest = float(candidate_matrix(cands, "max_piece").min(axis=1).max()) + offsets[1]
     caps = cluster_caps(hw)
-    plain, priced, balanced, prices = _work_bounds(cands, caps, w, problem.model.pipelined)
-    pinned = pinned_bound(problem, cands)
-    # Every GPU also pays the step's fixed latency (cost.step_fixed), so each floor of the
-    # busiest GPU's pieces rises by the sum of its sides: pipelined, comm + (compute -
-    # input_a2a), which is below comm, so every floor (work, comm alone, a piece's step_time,
-    # max(x + fx, 0) >= max(x, 0) + fx for fx <= 0) stays valid.
-    c = sum(problem.estimator.fixed().sides(problem.model.pipelined))
-    plain, priced, balanced, largest = plain + c, priced + c, balanced + c, largest + c
-    pinned = pinned + c if pinned > 0 else pinned
+    plain, priced, balanced, prices = _work_bounds(cands, caps, w, problem.model.pipelined,
+                                                   offsets)
+    pinned = pinned_bound(problem, cands, offsets)
     average = max(plain, priced)
     owner = owner_bound(problem, cands)  # counts the fixed latency itself
     known = max(average, largest, balanced, pinned, owner)

@@ -45,6 +45,7 @@ import numpy as np
 import scipy.sparse as sp
 from ortools.linear_solver.python import model_builder as mb
 
+from cost_models import fixed_floors
 from planner.candidates import Candidate, Scope
 from planner.problem import Problem
 
@@ -90,7 +91,9 @@ class _Lp:
 def _build(problem: Problem, cands: list[list[Candidate]], memory: bool) -> _Lp:
     hw, model = problem.hw, problem.model
     hosts, g = hw.hosts, hw.gpus_per_host
-    fixed = float(sum(problem.estimator.fixed().sides(model.pipelined)))
+    # The load rows sum both sides (fixed: both fixed sides); a piece's own step rises by the
+    # second of cost.fixed_floors only.
+    fixed, piece_fixed = fixed_floors(problem.estimator.fixed(), model.pipelined)
     owner = g * model.batch_per_gpu / hw.eff_nic_bw * _MS  # ms per owner byte per sample
     nic = _MS / hw.eff_nic_bw  # ms per inter-host byte
     n_tables = len(cands)
@@ -103,7 +106,7 @@ def _build(problem: Problem, cands: list[list[Candidate]], memory: bool) -> _Lp:
     choose_rows = [next(row) for _ in range(n_tables)]
     for t, cs in enumerate(cands):
         x_index.append([next(col) for _ in cs])
-        maxp.append([c.max_piece + fixed for c in cs])
+        maxp.append([c.max_piece + piece_fixed for c in cs])
         for j in range(len(cs)):
             entries.append((choose_rows[t], x_index[t][j], 1.0))
     # Host rows come after the groups' rows; their numbers are known once groups are counted.
