@@ -56,7 +56,9 @@ def predictions(hardware: dict[str, Any], name: str
         cost["allreduce_s"] += whole
         phases = predicted_phases(cost, r.bytes["output_fwd"], r.bytes["output_bwd"])
         out.append(phases)
-        steps.append(with_whole_calls(g.cost, whole, pipelined) if pipelined
+        steps.append(with_whole_calls(g.cost, whole, pipelined,
+                                      s.request.hardware.constants.pipeline_overlap)
+                     if pipelined
                      else sum(phases.values()))
     return out, steps
 

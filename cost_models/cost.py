@@ -38,19 +38,25 @@ class CostBreakdown:
     def comm(self) -> float:
         return self.input_a2a + self.output_a2a + self.allreduce + self.owner_a2a
 
-    def sides(self, pipelined: bool) -> tuple[float, float]:
-        """The two figures a GPU's pieces add up to, which `step_time` combines (`sides_of`)."""
-        return sides_of(self.compute, self.comm, self.input_a2a, pipelined)
+    def sides(self, pipelined: bool, overlap: float) -> tuple[float, float]:
+        """The two figures a GPU's pieces add up to, which `step_time` combines (`sides_of`;
+        `overlap`: the profile's pipeline_overlap)."""
+        return sides_of(self.compute, self.comm, self.input_a2a, pipelined, overlap)
 
-    def total(self, pipelined: bool) -> float:
+    def total(self, pipelined: bool, overlap: float) -> float:
         """A GPU's step time (`step_time` of its `sides`)."""
-        return float(step_time(*self.sides(pipelined), pipelined))
+        return float(step_time(*self.sides(pipelined, overlap), pipelined))
 
 
-def sides_of(compute: Any, comm: Any, input_a2a: Any, pipelined: bool) -> tuple[Any, Any]:
-    """(compute, comm), or when pipelined (compute - input_a2a, comm): the two sides
-    `step_time` combines (floats or arrays alike)."""
-    return (compute - input_a2a if pipelined else compute), comm
+def sides_of(compute: Any, comm: Any, input_a2a: Any, pipelined: bool, overlap: float
+             ) -> tuple[Any, Any]:
+    """(compute, comm), or when pipelined (compute - overlap * input_a2a, comm): the two
+    sides `step_time` combines (floats or arrays alike). `overlap` (the profile's
+    pipeline_overlap, 0 to 1) is the share of the next batch's input all-to-all a step's
+    work can hide: 1 where the exchange runs on engines of its own beside the kernels (GPU
+    streams, NICs), less where the two share a core (measured by planner calibrate); at 0 a
+    pipelined step costs what a sequential one does."""
+    return (compute - overlap * input_a2a if pipelined else compute), comm
 
 
 def step_time(x: Any, y: Any, pipelined: bool) -> Any:
@@ -61,13 +67,15 @@ def step_time(x: Any, y: Any, pipelined: bool) -> Any:
     lookups, output all-to-alls, backward and all-reduce, so the step is the longer of this
     batch's chain without it (compute + comm - input_a2a) and the links' whole load (comm:
     both batches' all-to-alls share them), i.e. comm + max(0, compute - input_a2a) =
-    y + max(0, x). A placement's owner-side wait is comm on both: it adds to y."""
+    y + max(0, x), with only the profile's pipeline_overlap share of input_a2a hidden
+    (`sides_of`). A placement's owner-side wait is comm on both: it adds to y."""
     if pipelined:
         return y + np.maximum(x, 0.0)
     return x + y
 
 
-def fixed_floors(fixed: CostBreakdown, pipelined: bool) -> tuple[float, float]:
+def fixed_floors(fixed: CostBreakdown, pipelined: bool, overlap: float
+                 ) -> tuple[float, float]:
     """What the fixed seconds every GPU pays (`step_fixed`) add to two floors of a GPU's
     step: (on the sum of its pieces' two sides, on its pieces' comm side alone or one piece's
     own step_time). In turn the step is X + Y, so both rise by fx + fy. Pipelined it is
@@ -75,7 +83,7 @@ def fixed_floors(fixed: CostBreakdown, pipelined: bool) -> tuple[float, float]:
     piece's y + max(0, x) rise by fx + fy only where fx <= 0 (max(0, fx + x) >= max(0, x) +
     fx needs it): a calibrated profile's phase starts can make fx positive, and then they
     rise by fy alone."""
-    fx, fy = fixed.sides(pipelined)
+    fx, fy = fixed.sides(pipelined, overlap)
     whole = fx + fy
     return whole, (fy + min(fx, 0.0) if pipelined else whole)
 

@@ -95,6 +95,12 @@ class CostConstants:
         and step, whatever it holds (cost.step_fixed). On this CPU the first lookup after a
         gloo all-to-all ran 40-120 us over the next ones (planner calibrate's compute
         ranks, measured). 0 in the presets; planner calibrate fits them.
+    pipeline_overlap: the share of the next batch's input all-to-all that a pipelined step's
+        work hides (cost.sides_of). 1 in the presets: TorchRec's sparse-dist train pipeline
+        runs the input exchange on a CUDA stream of its own and NCCL moves it on NVLink and
+        the NICs' engines beside the kernels (untested here: no multi-GPU run). Where the
+        exchange shares a core with the step (a CPU rank) it hides less; planner calibrate
+        measures it from the executor's own pipelined and sequential runs.
     """
 
     hbm_efficiency: float = 0.55
@@ -128,6 +134,7 @@ class CostConstants:
     cache_step_s: float = 0.0
     allreduce_table_hop_s: float = 0.0
     cache_slot_s: float = 0.0
+    pipeline_overlap: float = 1.0
 
 
 @dataclass(frozen=True)

@@ -193,7 +193,8 @@ def lower_bound(problem: Problem, cands: list[list[Candidate]]) -> LowerBound:
     # what cost.fixed_floors says it may (on the pieces' work by both fixed sides; on comm
     # alone and on one piece's step_time, pipelined, by less where the fixed compute side
     # is positive, as a calibrated profile's phase starts make it).
-    offsets = fixed_floors(problem.estimator.fixed(), problem.model.pipelined)
+    offsets = fixed_floors(problem.estimator.fixed(), problem.model.pipelined,
+                           hw.constants.pipeline_overlap)
     largest = float(candidate_matrix(cands, "max_piece").min(axis=1).max()) + offsets[1]
     caps = cluster_caps(hw)
     plain, priced, balanced, prices = _work_bounds(cands, caps, w, problem.model.pipelined,

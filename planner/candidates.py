@@ -288,8 +288,10 @@ class _Coster:
              if ctx is None else self.prices[key])
         inter, rate = priced_sides(est, traffic)
         sides = (*inter.tolist(), *rate.tolist())
-        # The two sides cost.step_time combines (pipelined: compute less the input all-to-all).
-        found = self.shapes[key] = (*c.sides(p.model.pipelined), *sides)
+        # The two sides cost.step_time combines (pipelined: compute less the input all-to-all
+        # it hides).
+        found = self.shapes[key] = (
+            *c.sides(p.model.pipelined, p.hw.constants.pipeline_overlap), *sides)
         self.figures[key] = (c.lookup, c.backward, c.cache_miss, c.input_a2a, c.output_a2a,
                              c.allreduce, hbm, ddr, ssd, *sides, buf)
         return found

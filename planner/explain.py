@@ -134,7 +134,8 @@ def gpu_times(problem: Problem, sums: np.ndarray) -> np.ndarray:
     extra = owner_wait(sums[:, 9:12], host_rate, host_of, problem.model.batch_per_gpu,
                        hw.eff_nic_bw)
     pipelined = problem.model.pipelined
-    fixed = problem.estimator.fixed().sides(pipelined)  # what every GPU pays whatever it holds
+    # What every GPU pays whatever it holds.
+    fixed = problem.estimator.fixed().sides(pipelined, hw.constants.pipeline_overlap)
     comp, comm = gpu_sides(problem, sums)
     return step_time(comp + fixed[0], comm + extra + fixed[1], pipelined)
 
@@ -142,7 +143,7 @@ def gpu_times(problem: Problem, sums: np.ndarray) -> np.ndarray:
 def gpu_sides(problem: Problem, sums: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Each GPU's two sides (cost.sides_of) from its sums' six cost terms."""
     return sides_of(sums[:, 0:3].sum(axis=1), sums[:, 3:6].sum(axis=1), sums[:, 3],
-                    problem.model.pipelined)
+                    problem.model.pipelined, problem.hw.constants.pipeline_overlap)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -93,7 +93,8 @@ def _build(problem: Problem, cands: list[list[Candidate]], memory: bool) -> _Lp:
     hosts, g = hw.hosts, hw.gpus_per_host
     # The load rows sum both sides (fixed: both fixed sides); a piece's own step rises by the
     # second of cost.fixed_floors only.
-    fixed, piece_fixed = fixed_floors(problem.estimator.fixed(), model.pipelined)
+    fixed, piece_fixed = fixed_floors(problem.estimator.fixed(), model.pipelined,
+                                      hw.constants.pipeline_overlap)
     owner = g * model.batch_per_gpu / hw.eff_nic_bw * _MS  # ms per owner byte per sample
     nic = _MS / hw.eff_nic_bw  # ms per inter-host byte
     n_tables = len(cands)

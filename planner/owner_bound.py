@@ -247,7 +247,8 @@ def owner_bound(problem: Problem, cands: list[list[Candidate]]) -> float:
     if not problem.model.pipelined:
         return _side_bound(problem, gathered, "total", fixed.compute + fixed.comm)
     return max(_side_bound(problem, gathered, "comm", fixed.comm),
-               _side_bound(problem, gathered, "chain", sum(fixed.sides(True))))
+               _side_bound(problem, gathered, "chain",
+                           sum(fixed.sides(True, problem.hw.constants.pipeline_overlap))))
 
 
 def _side_bound(problem: Problem, gathered: _Gathered, side: str, fixed_s: float) -> float:

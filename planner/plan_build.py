@@ -175,12 +175,12 @@ def _refuse_bad_pieces(arrays: PieceLayout, by_name: dict[str, TableInfo], world
                         table=arrays.names[table])
 
 
-def cost_terms(c: CostBreakdown, pipelined: bool) -> CostTerms:
+def cost_terms(c: CostBreakdown, pipelined: bool, overlap: float) -> CostTerms:
     return CostTerms(
         lookup_s=c.lookup, backward_s=c.backward, cache_miss_s=c.cache_miss,
         input_a2a_s=c.input_a2a, output_a2a_s=c.output_a2a, allreduce_s=c.allreduce,
         owner_a2a_s=c.owner_a2a,
-        compute_s=c.compute, comm_s=c.comm, total_s=c.total(pipelined),
+        compute_s=c.compute, comm_s=c.comm, total_s=c.total(pipelined, overlap),
     )
 
 
@@ -211,7 +211,7 @@ def build_plan(
             rank=r, host=hw.host_of(r), pieces=t.pieces, hbm_bytes=t.memory.hbm,
             hbm_cap_bytes=problem.hbm_cap_reported, hbm_buffer_bytes=t.buffers,
             ddr_bytes=t.memory.ddr, ssd_bytes=t.memory.ssd,
-            cost=cost_terms(t.cost, pipelined),
+            cost=cost_terms(t.cost, pipelined, hw.constants.pipeline_overlap),
         )
         for r, t in enumerate(totals)
     ]

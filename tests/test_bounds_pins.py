@@ -284,7 +284,7 @@ def test_pipelined_bound_with_a_positive_fixed_compute_side(start_s: float) -> N
     cands, _ = candidates_for(problem)
     (piece,) = cands[0]
     x, y = float(piece.groups[0].comp[0]), float(piece.groups[0].comm[0])
-    fx, fy = problem.estimator.fixed().sides(True)
+    fx, fy = problem.estimator.fixed().sides(True, 1.0)
     assert x < 0  # the case this is about: input all-to-all above the piece's compute
     # One table per GPU, owner sides balanced (each GPU's pieces receive what it sends):
     # every GPU's step by hand, then the bound below it and the plan at it.

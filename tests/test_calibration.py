@@ -12,7 +12,13 @@ from typer.testing import CliRunner
 
 from planner.calibration.bench import Measurements
 from planner.calibration.fit import fit_linear
-from planner.calibration.profile import build_profile, fit_collectives, fit_host, fit_kernels
+from planner.calibration.profile import (
+    build_profile,
+    fit_collectives,
+    fit_host,
+    fit_kernels,
+    fit_overlap,
+)
 from planner.cli import app
 from planner.spec import HardwareSpec
 
@@ -155,6 +161,9 @@ def test_calibrate_command_writes_a_profile_plan_accepts(tmp_path: Path) -> None
     # Lookups and backwards from the executed calibration plans: one point per rank each.
     assert len(prov["measurements"]["lookup"]) == 4 * 2
     assert all(pt["seconds"] > 0 and pt["parts"] for pt in prov["measurements"]["backward"])
+    # The overlap pair (one calibration plan in turn and pipelined): a point per rank.
+    assert len(prov["measurements"]["overlap"]) == 2
+    assert 0.0 <= prov["fits"]["overlap"]["value"] <= 1.0
     p = CliRunner().invoke(app, ["plan", "criteo_kaggle", "--hardware", str(out)])
     assert p.exit_code == 0, p.output
 
@@ -395,3 +404,54 @@ def test_the_kernel_fit_inverts_the_model_on_the_calibration_plans() -> None:
                        ("lookup_start_s", 1.5e-4), ("backward_start_s", 7e-4)):
         assert fit.value(name) == pytest.approx(true, rel=1e-3), name
     assert fit.rel_residual_p90 < 1e-6
+
+
+def _overlap_points(share: float, n: int, noise: float, seed: int = 0) -> list[dict[str, float]]:
+    """Ranks of calibration plans whose pipelined step hides `share` of the input
+    all-to-all, times (1 + noise * N(0, 1))."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        inp = rng.uniform(3e-4, 1.5e-3)
+        seq = inp + rng.uniform(1e-3, 3e-3)
+        out.append({"plan": i // 2, "rank": i % 2,
+                    "sequential_s": seq * (1 + noise * rng.standard_normal()),
+                    "pipelined_s": (seq - share * inp) * (1 + noise * rng.standard_normal()),
+                    "input_s": inp * (1 + noise * rng.standard_normal())})
+    return out
+
+
+@pytest.mark.parametrize("share", [0.0, 0.3, 0.8])
+def test_overlap_fit_recovers_a_known_share(share: float) -> None:
+    fit = fit_overlap(_overlap_points(share, 40, 0.005))
+    assert fit is not None and fit["points"] == 40
+    assert fit["value"] == pytest.approx(share, abs=0.08)
+    assert fit["ci95"][0] <= fit["value"] <= fit["ci95"][1]
+
+
+def test_overlap_is_held_to_a_share() -> None:
+    # A pipelined step slower than its sequential twin (the lane's exchange shared the core)
+    # hides nothing; one that saved more than its input is noise, not more than all of it.
+    assert fit_overlap(_overlap_points(-0.4, 20, 0.0))["value"] == 0.0
+    assert fit_overlap(_overlap_points(1.5, 20, 0.0))["value"] == 1.0
+    assert fit_overlap([]) is None
+
+
+def test_profile_carries_the_overlap_and_a_pipelined_step_at_zero_is_sequential() -> None:
+    m = synthetic(0.02, 0.0)
+    m.overlap = _overlap_points(0.0, 16, 0.0)
+    spec, prov = build_profile("h100", m, "cpu", "planner calibrate (test)")
+    assert spec["constants"]["pipeline_overlap"] == 0.0
+    assert prov["fits"]["overlap"]["points"] == 16
+    from planner import plan
+    from planner.presets import fixture_text
+
+    model = json.loads(fixture_text("criteo_kaggle"))
+    hw = {**spec, "hosts": 2}
+    steps = {p: plan({"model": {**model, "pipelined": p}, "hardware": hw}).summary.step_time_s
+             for p in (False, True)}
+    assert steps[True] == pytest.approx(steps[False], rel=1e-12)
+    # Hiding all of it (the presets' 1) makes the pipelined step shorter.
+    hw1 = {**hw, "constants": {**spec["constants"], "pipeline_overlap": 1.0}}
+    hidden = plan({"model": {**model, "pipelined": True}, "hardware": hw1}).summary.step_time_s
+    assert hidden < steps[False]

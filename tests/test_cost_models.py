@@ -649,10 +649,10 @@ def test_traffic_cost_each_term():
     # compute = 2.1e-3 + 4e-3 + 0.11 = 0.1161; comm = 2e-3 + 6e-3 + 1.25e-3 = 9.25e-3
     assert c.compute == pytest.approx(0.1161, rel=REL)
     assert c.comm == pytest.approx(9.25e-3, rel=REL)
-    assert c.total(pipelined=False) == pytest.approx(0.12535, rel=REL)
+    assert c.total(pipelined=False, overlap=1.0) == pytest.approx(0.12535, rel=REL)
     # pipelined: the next batch's input all-to-all runs beside the rest:
     # comm + max(0, compute - input) = 9.25e-3 + (0.1161 - 2e-3) = 0.12335
-    assert c.total(pipelined=True) == pytest.approx(0.12335, rel=REL)
+    assert c.total(pipelined=True, overlap=1.0) == pytest.approx(0.12335, rel=REL)
 
 
 def test_traffic_cost_ddr_bound_host_reads():
@@ -729,17 +729,23 @@ def test_cost_breakdown_add_and_total():
     # hides behind the rest: 15 + max(0, 6 - 4) = 17
     assert a.compute == 6
     assert a.comm == 15
-    assert a.total(pipelined=False) == 21
-    assert a.total(pipelined=True) == 17
+    assert a.total(pipelined=False, overlap=1.0) == 21
+    assert a.total(pipelined=True, overlap=1.0) == 17
     # compute-bound when pipelined: 3 + (32 - 1) = 34, one below the sequential 35
     c = CostBreakdown(lookup=30, backward=1, cache_miss=1, input_a2a=1, output_a2a=1,
                       allreduce=1)
-    assert c.total(pipelined=True) == 34
-    assert c.total(pipelined=False) == 35
+    assert c.total(pipelined=True, overlap=1.0) == 34
+    assert c.total(pipelined=False, overlap=1.0) == 35
     # an input all-to-all longer than the compute: the links' load, comm 5 + 1 + 4 = 10
     d = CostBreakdown(lookup=1, backward=1, input_a2a=5, output_a2a=1, allreduce=4)
-    assert d.total(pipelined=True) == 10
-    assert d.total(pipelined=False) == 12
+    assert d.total(pipelined=True, overlap=1.0) == 10
+    assert d.total(pipelined=False, overlap=1.0) == 12
+    # pipeline_overlap: the share of the input all-to-all the step hides. a: 15 + max(0, 6 -
+    # 0.5 * 4) = 19; c: 3 + (32 - 0.5) = 34.5; at 0 a pipelined step is the sequential one
+    assert a.total(pipelined=True, overlap=0.5) == 19
+    assert c.total(pipelined=True, overlap=0.5) == 34.5
+    for x in (a, c, d):
+        assert x.total(pipelined=True, overlap=0.0) == x.total(pipelined=False, overlap=1.0)
     # empty breakdown is the identity
     assert CostBreakdown() + a == a
 

@@ -64,6 +64,9 @@ class BenchConfig:
     # how many executions of each, in rounds (each phase the median over them).
     executed_plans: int | None = None
     executed_reps: int = 3
+    # Calibration plans run both in turn and pipelined for pipeline_overlap (needs two
+    # compute ranks: the input all-to-all between them).
+    overlap_plans: int = 4
 
     @staticmethod
     def smoke() -> "BenchConfig":
@@ -71,7 +74,8 @@ class BenchConfig:
         return BenchConfig(a2a_bytes=(64, 262_144), allreduce_rows=(64, 16_384),
                            world_sizes=(2,), host_rows=(10_000,), host_dims=(16,),
                            host_batches=(256,), host_cache_ratios=(0.1,), reps=2,
-                           collective_reps=5, executed_plans=4, executed_reps=1)
+                           collective_reps=5, executed_plans=4, executed_reps=1,
+                           overlap_plans=1)
 
     @staticmethod
     def long(world: int) -> "BenchConfig":
@@ -91,6 +95,8 @@ class Measurements:
     alltoall: list[dict[str, float]] = field(default_factory=list)
     allreduce: list[dict[str, float]] = field(default_factory=list)
     host: list[dict[str, Any]] = field(default_factory=list)
+    # Per rank of a calibration plan run in turn and pipelined (executed.bench_overlap).
+    overlap: list[dict[str, float]] = field(default_factory=list)
 
 
 # An all-reduce bucket of 1 table, and the same rows as 8 tables: a call's cost per table.
@@ -445,14 +451,15 @@ def bench_collectives(cfg: BenchConfig, device_type: str, out: Measurements,
 
 def steps_of(cfg: BenchConfig) -> int:
     """Progress ticks a run makes (host-tier shapes, the calibration plans' executions,
-    then one per world size)."""
+    the overlap pairs' where two ranks run, then one per world size)."""
     from planner.calibration.executed import plans_needed
 
     plans = plans_needed(cfg.compute_ranks, cfg.executed_plans)
     host = sum(len(cfg.host_cache_ratios) if t in (Tier.HBM_CACHE, Tier.SSD) else 1
                for t in cfg.host_tiers) * len(cfg.host_rows) * len(cfg.host_dims) \
         * len(cfg.host_poolings) * len(cfg.host_batches)
-    return host + plans * cfg.executed_reps + len(cfg.world_sizes)
+    overlap = cfg.overlap_plans * cfg.executed_reps if cfg.compute_ranks >= 2 else 0
+    return host + plans * cfg.executed_reps + overlap + len(cfg.world_sizes)
 
 
 def to_arrays(rows: list[dict[str, float]], keys: tuple[str, ...]) -> np.ndarray:

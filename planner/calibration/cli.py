@@ -124,6 +124,15 @@ def register(app: typer.Typer) -> None:
                                                   cfg.executed_plans)
         except (RuntimeError, OSError) as exc:
             fail(f"calibration plans failed to run: {exc}", 4)
+        if cfg.compute_ranks >= 2:
+            from planner.calibration.executed import bench_overlap
+
+            try:
+                # pipeline_overlap: calibration plans run in turn and pipelined.
+                m.overlap = bench_overlap(cfg.compute_ranks, device.value, preset,
+                                          cfg.executed_reps, tick, cfg.overlap_plans)
+            except (RuntimeError, OSError) as exc:
+                fail(f"overlap plans failed to run: {exc}", 4)
         if device is CalDevice.cuda and torch.cuda.device_count() < 2:
             cfg = replace(cfg, world_sizes=())
         if not cfg.world_sizes:
@@ -159,6 +168,10 @@ def register(app: typer.Typer) -> None:
             interval = f"95% {fit['ci95'][0]:.3g} .. {fit['ci95'][1]:.3g}" if fit else \
                 f"{preset}'s"
             print(f"  {name:26s} {c.get(name, 0.0):.3g} s  ({interval})")
+        ov = fits["overlap"]
+        print(f"  {'pipeline_overlap':26s} {c.get('pipeline_overlap', 1.0):.3g}    "
+              + (f"(95% {ov['ci95'][0]:.3g} .. {ov['ci95'][1]:.3g}, {ov['points']} ranks)"
+                 if ov else f"({preset}'s)"))
         for k in ("kernels", "host", "collectives"):
             f = fits[k]
             if f is None:

@@ -52,6 +52,8 @@ BATCHES = (128, 128, 32, 256, 64, 48, 96, 160)
 CUDA_BATCH_SCALE = 64
 # Steps of each execution: measured (memory probe on, not timed), then timed.
 STEPS, TIMED_STEPS, WARMUP_STEPS = 2, 9, 2
+# Calibration plans run both in turn and pipelined for pipeline_overlap (bench_overlap).
+OVERLAP_PLANS = 4
 
 
 def plans_needed(ranks: int, plans: int | None = None) -> int:
@@ -60,11 +62,13 @@ def plans_needed(ranks: int, plans: int | None = None) -> int:
     return -(-len(SHAPES) // max(1, ranks)) if plans is None else plans
 
 
-def calibration_request(i: int, ranks: int, hardware: dict[str, Any], batch_scale: int = 1
+def calibration_request(i: int, ranks: int, hardware: dict[str, Any], batch_scale: int = 1,
+                        pipelined: bool = False
                         ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """(request, table plans) of calibration plan i on one host of `ranks` GPUs of
     `hardware` (a hardware spec dict): rank r's pieces are SHAPES[(i * ranks + r) %
-    len(SHAPES)], each rank's batch BATCHES[i % len(BATCHES)] * batch_scale."""
+    len(SHAPES)], each rank's batch BATCHES[i % len(BATCHES)] * batch_scale; `pipelined`:
+    the step pipelined (bench_overlap)."""
     tables, layout = [], []
     for r in range(ranks):
         count, rows, dim, pooling, opt = SHAPES[(i * ranks + r) % len(SHAPES)]
@@ -79,19 +83,20 @@ def calibration_request(i: int, ranks: int, hardware: dict[str, Any], batch_scal
                                        "row_count": rows, "col_offset": 0,
                                        "col_count": dim}]})
     request = {"model": {"name": f"calibration_{i}", "tables": tables,
-                         "batch_size_per_gpu": BATCHES[i % len(BATCHES)] * batch_scale},
+                         "batch_size_per_gpu": BATCHES[i % len(BATCHES)] * batch_scale,
+                         "pipelined": pipelined},
                "hardware": {**hardware, "hosts": 1, "gpus_per_host": ranks},
                "options": {"solver": "greedy"}}
     return request, layout
 
 
-def calibration_plan(i: int, ranks: int, hardware: dict[str, Any], batch_scale: int = 1
-                     ) -> Plan:
+def calibration_plan(i: int, ranks: int, hardware: dict[str, Any], batch_scale: int = 1,
+                     pipelined: bool = False) -> Plan:
     """Calibration plan i (calibration_request), priced by the model."""
     from planner.plan_model import PlanLayout
     from planner.planning import evaluate, resolve
 
-    request, layout = calibration_request(i, ranks, hardware, batch_scale)
+    request, layout = calibration_request(i, ranks, hardware, batch_scale, pipelined)
     return evaluate(PlanLayout.model_validate(
         {"schema_version": "1", "request": resolve(request).model_dump(mode="json"),
          "tables": layout}))
@@ -145,7 +150,6 @@ def bench_executed(ranks: int, device: str, preset: str, reps: int,
     summed (`launches` pieces; `parts` each piece's shape and bytes, for the device-cache
     split), its seconds the executor's measured phase. `plans`: how many (default: every
     shape once)."""
-    from planner.executor.compare import compare
     from planner.executor.job import RunOptions
     from planner.executor.run import ExecutionReport, execute
 
@@ -165,11 +169,54 @@ def bench_executed(ranks: int, device: str, preset: str, reps: int,
             runs[i].append(execute(p, opts, reference=False, timeout_s=600))
             tick()
     for i, p in enumerate(planned):
-        cmp = compare(p, runs[i][0].ranks, device, collective_clock="wall",
-                      repeats=[r.ranks for r in runs[i][1:]])
         measured = [{ph: v["measured"] for ph, v in row["phases"].items()}
-                    for row in sorted(cmp["ranks"], key=lambda row: row["rank"])]
+                    for row in _measured(p, runs[i], device)]
         lk, bw = rank_points(p, measured)
         lookup += [{"plan": i, **pt} for pt in lk]
         backward += [{"plan": i, **pt} for pt in bw]
     return lookup, backward
+
+
+def _measured(plan: Plan, runs: list[Any], device: str) -> list[dict[str, Any]]:
+    """Per rank (in rank order), `planner execute --compare`'s row of `plan` over its
+    executions `runs` (each phase the median over them)."""
+    from planner.executor.compare import compare
+
+    cmp = compare(plan, runs[0].ranks, device, collective_clock="wall",
+                  repeats=[r.ranks for r in runs[1:]])
+    return sorted(cmp["ranks"], key=lambda row: row["rank"])
+
+
+def bench_overlap(ranks: int, device: str, preset: str, reps: int, tick: Callable[[], None],
+                  plans: int = OVERLAP_PLANS) -> list[dict[str, Any]]:
+    """Points for pipeline_overlap: the first `plans` calibration plans, each run in turn
+    and pipelined (the executor's input lane: the next batch's input all-to-all beside the
+    step), `reps` times each in rounds. Per rank: its sequential step (every phase), its
+    pipelined step (as compare measures it: the phases but the lane's input all-to-all,
+    plus the wait for the lane) and its sequential input all-to-all; the share of that
+    input the pipelined step saved is (sequential - pipelined) / input."""
+    from planner.executor.job import RunOptions
+    from planner.executor.run import ExecutionReport, execute
+
+    opts = RunOptions(steps=STEPS, timed_steps=TIMED_STEPS, warmup_steps=WARMUP_STEPS,
+                      device=device, keep_outputs=False, collective_timeout_s=120)
+    hardware = preset_dict(preset)
+    scale = CUDA_BATCH_SCALE if device == "cuda" else 1
+    pairs = [(calibration_plan(i, ranks, hardware, scale),
+              calibration_plan(i, ranks, hardware, scale, pipelined=True))
+             for i in range(plans)]
+    runs: list[tuple[list[ExecutionReport], list[ExecutionReport]]] = [([], []) for _ in pairs]
+    for _ in range(reps):  # in rounds, as bench_executed
+        for (seq, pipe), (seq_runs, pipe_runs) in zip(pairs, runs, strict=True):
+            seq_runs.append(execute(seq, opts, reference=False, timeout_s=600))
+            pipe_runs.append(execute(pipe, opts, reference=False, timeout_s=600))
+            tick()
+    points = []
+    for i, ((seq, pipe), (seq_runs, pipe_runs)) in enumerate(zip(pairs, runs, strict=True)):
+        for s_row, p_row in zip(_measured(seq, seq_runs, device),
+                                _measured(pipe, pipe_runs, device), strict=True):
+            points.append({"plan": i, "rank": s_row["rank"],
+                           "sequential_s": s_row["measured_total"],
+                           "pipelined_s": p_row["measured_total"],
+                           "input_s": s_row["phases"]["input_a2a"]["measured"]})
+    return points

@@ -22,6 +22,11 @@ Three fits, each of the cost model's own form (cost.py, latency.py):
   one host's all-reduce runs at eff NVLink, hardware.eff_allreduce_bw). With one world size
   a call's and a peer's latency cannot be told apart: the peer term is then held at 0.
 
+- pipeline overlap: per rank of a calibration plan run in turn and pipelined
+  (executed.bench_overlap), the share of its sequential input all-to-all the pipelined step
+  saved, (sequential - pipelined) / input; pipeline_overlap is their median, held to [0, 1]
+  (cost.sides_of hides that share of the input all-to-all), with a bootstrap interval.
+
 Bandwidths become efficiencies of the base preset's peak (hbm_efficiency, nvlink_efficiency);
 where the measured bandwidth exceeds the peak, the peak is raised to it and the efficiency is 1.
 """
@@ -287,6 +292,21 @@ def _efficiency(inv_bw: float, peak_gbs: float) -> tuple[float, float] | None:
     return peak_gbs, eff_gbs / peak_gbs
 
 
+def fit_overlap(points: list[dict[str, float]]) -> dict[str, Any] | None:
+    """pipeline_overlap from bench_overlap's points (module docstring); None without any."""
+    shares = np.array([(p["sequential_s"] - p["pipelined_s"]) / p["input_s"]
+                       for p in points if p.get("input_s")])
+    if len(shares) == 0:
+        return None
+    rng = np.random.default_rng(0)  # deterministic resamples
+    boot = np.median(rng.choice(shares, size=(2000, len(shares))), axis=1)
+    lo, hi = np.percentile(boot, [2.5, 97.5])
+    raw = float(np.median(shares))
+    return {"value": min(1.0, max(0.0, raw)), "median_share": raw,
+            "ci95": [min(1.0, max(0.0, float(lo))), min(1.0, max(0.0, float(hi)))],
+            "points": len(shares), "shares": shares.tolist()}
+
+
 def build_profile(preset: str, m: Measurements, device: str, command: str
                   ) -> tuple[dict[str, Any], dict[str, Any]]:
     """(hardware spec dict for --hardware, provenance dict with every fit)."""
@@ -359,6 +379,11 @@ def build_profile(preset: str, m: Measurements, device: str, command: str
         for name, value in zip(fit.names, fit.values, strict=True):
             if not name.startswith("inv_"):
                 consts[name] = min(float(value), 1.0)
+    overlap = fit_overlap(m.overlap)
+    if overlap is None:
+        kept.append("pipeline_overlap")
+    else:
+        consts["pipeline_overlap"] = overlap["value"]
     spec["constants"] = consts
     now = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
     host = socket.gethostname()
@@ -368,7 +393,10 @@ def build_profile(preset: str, m: Measurements, device: str, command: str
     spec["sources"] = [
         *spec.get("sources", []),
         f"Calibrated: `{command}` on {host}, {now}, torch {torch.__version__}, device "
-        f"{device}; fitted: {', '.join(n for f in fits for n in f.names)}.",
+        f"{device}; fitted: {', '.join(n for f in fits for n in f.names)}"
+        + (f", pipeline_overlap ({overlap['value']:.3g}, 95% {overlap['ci95'][0]:.3g} .. "
+           f"{overlap['ci95'][1]:.3g}, over {overlap['points']} ranks)" if overlap else "")
+        + ".",
         "Fit residuals (relative): " + "; ".join(
             f"{k} median {f.rel_residual_median:.3f}, p90 {f.rel_residual_p90:.3f} over "
             f"{f.points} points" for k, f in (("kernels", kern), ("host tiers", hfit),
@@ -395,7 +423,8 @@ def build_profile(preset: str, m: Measurements, device: str, command: str
         "fits": {"kernels": kern.as_dict(),
                  "host": ({**hfit.as_dict(), "by_tier": host_residuals_by_tier(m, hfit)}
                           if hfit else None),
-                 "collectives": coll.as_dict() if coll else None},
+                 "collectives": coll.as_dict() if coll else None,
+                 "overlap": overlap},
         "effective_bandwidth_gb_per_s": {
             k: (1e-9 / v if v > 0 else None) for k, v in (
                 ("hbm", kern.value("inv_hbm_bw")), ("backward", kern.value("inv_backward_bw")),
@@ -404,6 +433,7 @@ def build_profile(preset: str, m: Measurements, device: str, command: str
                 ("link", coll.value("inv_link_bw") if coll else 0.0))},
         "kept_from_preset": kept,
         "measurements": {"lookup": m.lookup, "backward": m.backward, "host": m.host,
-                         "alltoall": m.alltoall, "allreduce": m.allreduce},
+                         "alltoall": m.alltoall, "allreduce": m.allreduce,
+                         "overlap": m.overlap},
     }
     return spec, provenance

@@ -16,7 +16,8 @@ for collectives, COLLECTIVE_QUANTILE):
 Pipelined plans (the executor's input lane, input_lane.py): a rank's measured step is its
 phases but input_a2a, which ran on the lane beside the previous step, plus input_wait (the
 median wall time its step waited for the lane), against the predicted
-comm + max(0, compute - input_a2a); input_a2a is still compared phase by phase.
+comm + max(0, compute - overlap * input_a2a) (overlap: the profile's pipeline_overlap);
+input_a2a is still compared phase by phase.
 
 Predicted: the plan's per-GPU cost terms (plan_model.CostTerms) of the plan that ran (the
 scaled plan, re-evaluated), mapped onto the executor's phases:
@@ -215,7 +216,8 @@ def compare(plan: Plan, ranks: list[dict[str, Any]], device: str,
         meas, unmodelled = measured_over([q.get("timing") or [] for q in (r, *same)],
                                          collective_clock)
         pipelined = plan.request.model.pipelined
-        step_pred = with_whole_calls(g.cost, whole, pipelined)
+        step_pred = with_whole_calls(g.cost, whole, pipelined,
+                                     plan.request.hardware.constants.pipeline_overlap)
         phases = {}
         for ph in (*PHASES, *(k for k in pred if k not in PHASES)):
             p, m = pred.get(ph, 0.0), meas.get(ph) if ph in PHASES else None

@@ -128,13 +128,17 @@ def predict(plan: Plan, allocator: Allocator = "cuda"
             "lookup": c.lookup_s, "backward": c.backward_s, "cache_miss": c.cache_miss_s,
             "input_a2a": c.input_a2a_s, "output_a2a": c.output_a2a_s,
             "allreduce": c.allreduce_s + whole[g.rank],
-            "total": with_whole_calls(c, whole[g.rank], plan.request.model.pipelined)}
+            "total": with_whole_calls(c, whole[g.rank], plan.request.model.pipelined,
+                                      hw.constants.pipeline_overlap)}
     return ranks, pieces
 
 
-def with_whole_calls(cost: CostTerms, whole_s: float, pipelined: bool) -> float:
-    """A GPU's step time (cost.step_time) with `whole_s` more all-reduce latency."""
-    sides = sides_of(cost.compute_s, cost.comm_s + whole_s, cost.input_a2a_s, pipelined)
+def with_whole_calls(cost: CostTerms, whole_s: float, pipelined: bool, overlap: float
+                     ) -> float:
+    """A GPU's step time (cost.step_time) with `whole_s` more all-reduce latency
+    (`overlap`: the profile's pipeline_overlap)."""
+    sides = sides_of(cost.compute_s, cost.comm_s + whole_s, cost.input_a2a_s, pipelined,
+                     overlap)
     return float(step_time(*sides, pipelined))
 
 

@@ -45,7 +45,7 @@ class LoadState:
         self.w = hw.world_size
         # Every GPU pays what the estimator's `fixed` says whatever it holds (the analytic
         # model's: the step's all-to-all calls, cost.step_fixed).
-        fixed_comp, fixed_comm = fixed.sides(model.pipelined)
+        fixed_comp, fixed_comm = fixed.sides(model.pipelined, hw.constants.pipeline_overlap)
         self.comp = np.full(self.w, fixed_comp)
         self.comm = np.full(self.w, fixed_comm)
         self.hbm = np.zeros(self.w, dtype=np.int64)

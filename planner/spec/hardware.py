@@ -28,6 +28,7 @@ Capacity = Annotated[ByteSize, Field(ge=0)]
 Seconds = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]
 # How many times faster a device cache serves reads than the memory behind it.
 CacheFactor = Annotated[float, Field(ge=1.0, le=1e4, allow_inf_nan=False)]
+Share = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]
 
 _DEFAULT_CONSTANTS = CostConstants()
 
@@ -249,6 +250,11 @@ class ConstantsSpec(StrictModel):
             "Extra time of a GPU's first backward update of a step, which follows an "
             "all-to-all; once per GPU and step, in seconds (0: none; planner calibrate fits "
             "it)."))
+    pipeline_overlap: Share = Field(
+        _DEFAULT_CONSTANTS.pipeline_overlap, description=(
+            "Share of the next batch's input all-to-all a pipelined step's work hides (1: "
+            "all of it, the exchange on engines of its own beside the kernels; 0: none, a "
+            "pipelined step costs a sequential one's; planner calibrate measures it)."))
 
     @model_serializer(mode="wrap")
     def _drop_unset_new_constants(self, handler: SerializerFunctionWrapHandler) -> Any:
@@ -260,8 +266,8 @@ class ConstantsSpec(StrictModel):
                                            "allreduce_table_hop_s", "device_cache_bytes",
                                            "lookup_start_s", "backward_start_s"),
                            absent=0.0)
-        return drop_absent(data, ("device_cache_fwd_factor", "device_cache_bwd_factor"),
-                           absent=1.0)
+        return drop_absent(data, ("device_cache_fwd_factor", "device_cache_bwd_factor",
+                                  "pipeline_overlap"), absent=1.0)
 
 
 class HardwareSpec(StrictModel):
