@@ -14,7 +14,14 @@ from rich.console import Console
 from rich.table import Table
 
 from planner.check import check_plan
-from planner.cli_common import fail, hardware_input, load_json, read_input
+from planner.cli_common import (
+    check_output,
+    fail,
+    hardware_input,
+    load_json,
+    read_input,
+    write_output,
+)
 from planner.errors import PlannerError
 from planner.evaluation import evaluate_input
 from planner.plan_model import EvaluateInput, Plan
@@ -43,7 +50,7 @@ def _emit(plan_obj: Plan, fmt: Format, output: Path | None, seconds: float | Non
 
     text = plan_obj.model_dump_json(indent=1) + "\n"
     if output is not None:
-        output.write_text(text)
+        write_output(output, text)
     if fmt is Format.json:
         if output is None:
             sys.stdout.write(text)
@@ -95,6 +102,7 @@ def plan_cmd(
     """Plan MODEL on a hardware preset or spec and print the plan."""
     if verbose:
         logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
+    check_output(output)
     try:
         model_raw = load_json(read_input(model, "model"), "model")
         hw = hardware_input(hardware, preset, hosts)
@@ -152,6 +160,7 @@ def evaluate_cmd(
              "names")] = None,
 ) -> None:
     """Score any plan (ours, hand-made or foreign) under the cost model."""
+    check_output(output)
     try:
         given = parse_json_model(EvaluateInput, read_input(plan_file, "plan"), "plan")
         result = evaluate_input(given, estimator.value if estimator else None)

@@ -11,6 +11,7 @@ import typer
 from rich.console import Console
 
 from planner.errors import BadInputError
+from planner.validation import json_limit_message
 
 
 def read_input(path: str, what: str) -> str:
@@ -53,6 +54,8 @@ def load_json(text: str, what: str, want_object: bool = True) -> Any:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
         raise BadInputError(what, f"not valid JSON: {exc}") from None
+    except (ValueError, RecursionError) as exc:  # json's own limits (validation.py)
+        raise BadInputError(what, json_limit_message(exc)) from None
     if want_object and not isinstance(value, dict):
         raise BadInputError(what, "expected a JSON object")
     return value
@@ -82,3 +85,24 @@ def fail(message: object, code: int) -> NoReturn:
     """One line on stderr, `error: message`, then exit with `code`."""
     _err.print(f"[red]error:[/] {message}", highlight=False)
     raise typer.Exit(code)
+
+
+def check_output(path: Path | None, option: str = "--output") -> None:
+    """Refuse, before any work, an output path that cannot be a file: its directory missing,
+    or a directory itself (exit 2)."""
+    if path is None:
+        return
+    if path.is_dir():
+        fail(f"{option}: {path} is a directory", 2)
+    if not path.parent.is_dir():
+        fail(f"{option}: cannot write {path}: no such directory {path.parent}", 2)
+
+
+def write_output(path: Path, text: str, option: str = "--output") -> None:
+    """Write `text` to `path`; a path that cannot be written fails with one line (exit 2),
+    not a traceback."""
+    check_output(path, option)
+    try:
+        path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        fail(f"{option}: cannot write {path}: {exc.strerror or exc}", 2)

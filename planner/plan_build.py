@@ -38,6 +38,9 @@ from planner.plan_model import (
 )
 from planner.problem import Problem, TableInfo
 
+# Float rounding between two sums of the same seconds (build_plan's bound).
+_ROUNDING = 1e-9
+
 
 @dataclass
 class GpuTotals:
@@ -228,12 +231,16 @@ def build_plan(
     ]
     step = max(x.cost.total_s for x in gpus)
     mean = math.fsum(x.cost.total_s for x in gpus) / len(gpus)
+    # The bound and the step add the same seconds in different orders: where they meet, the
+    # bound can come out an ulp above the step. It is reported as the step there (a bound
+    # may always be lowered), so no plan shows a bound above its own step or a gap below 0.
+    lb = step if step < bound.value_s <= step * (1 + _ROUNDING) else bound.value_s
     summary = Summary(
         step_time_s=step,
         mean_gpu_time_s=mean,
         imbalance=step / mean if mean > 0 else 1.0,
-        lower_bound_s=bound.value_s,
-        gap=step / bound.value_s - 1.0 if bound.value_s > 0 else 0.0,
+        lower_bound_s=lb,
+        gap=step / lb - 1.0 if lb > 0 else 0.0,
         lower_bound_note=bound_note(bound),
         solver=solver,
         status=status,

@@ -35,10 +35,11 @@ def resolve(request: PlanRequest | ResolvedRequest | dict[str, Any]) -> Resolved
     """Validate a request (a model or its JSON-like dict) and expand its hardware preset;
     `"model": NAME` is a bundled fixture's spec (planner/spec/request.py, the same lookup as
     the CLI's and the service's)."""
-    if isinstance(request, dict):
-        request = validate_model(PlanRequest, request)
     if isinstance(request, ResolvedRequest):
         return request
+    if not isinstance(request, PlanRequest):
+        # A dict, or anything else a caller passed: validate_model names what is wrong.
+        request = validate_model(PlanRequest, request)
     return ResolvedRequest(model=request.model, hardware=resolve_hardware(request.hardware),
                            options=request.options)
 

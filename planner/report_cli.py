@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from planner.cli_common import fail, hardware_input, load_json, read_input
+from planner.cli_common import fail, hardware_input, load_json, read_input, write_output
 from planner.errors import BadInputError, PlannerError
 from planner.plan_model import EvaluateInput, Plan
 from planner.validation import parse_json_model
@@ -74,7 +74,7 @@ def report_cmd(
         text = render_html(p, explanations, extra)
     except PlannerError as exc:
         fail(exc, exc.exit_code)
-    output.write_text(text, encoding="utf-8")
+    write_output(output, text)
     out.print(f"report of {len(p.tables)} tables on {len(p.gpus)} GPUs written to {output} "
               f"({len(text) / 1e6:.1f} MB, self-contained)")
 
@@ -147,7 +147,7 @@ def diff_cmd(
     except PlannerError as exc:
         fail(exc, exc.exit_code)
     if html is not None:
-        html.write_text(diff_page(d, a_file, b_file), encoding="utf-8")
+        write_output(html, diff_page(d, a_file, b_file), "--html")
     if fmt is Fmt.json:
         sys.stdout.write(json.dumps(d.to_dict(), indent=1) + "\n")
         return
@@ -265,10 +265,10 @@ def sweep_cmd(
                       f"({_ms(s.step_time_s)} ms per step); fastest step: "
                       f"{f.hosts if f else '-'} hosts")
     if output is not None:
-        output.write_text(json.dumps(to_json(points), indent=1) + "\n")
+        write_output(output, json.dumps(to_json(points), indent=1) + "\n")
         out.print(f"results written to {output}")
     if html is not None:
-        html.write_text(sweep_page(points, str(model_raw.get("name", model))), encoding="utf-8")
+        write_output(html, sweep_page(points, str(model_raw.get("name", model))), "--html")
         out.print(f"plot written to {html}")
     if not any(p.ok for p in points):
         raise typer.Exit(3)

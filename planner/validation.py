@@ -110,7 +110,18 @@ def parse_json_model(model: type[M], text: str | bytes, what: str) -> M:
         raw = json.loads(text)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise BadInputError(what, f"not valid JSON: {exc}") from None
+    except (ValueError, RecursionError) as exc:
+        raise BadInputError(what, json_limit_message(exc)) from None
     return validate_model(model, raw)
+
+
+def json_limit_message(exc: ValueError | RecursionError) -> str:
+    """What a JSON text that Python's json refuses past the syntax says: an integer of more
+    digits than Python converts (4,300), or arrays and objects nested deeper than it
+    recurses."""
+    if isinstance(exc, RecursionError):
+        return "not valid JSON here: arrays or objects nested too deeply"
+    return f"not valid JSON here: {exc}".split("; use sys.set_int_max_str_digits")[0]
 
 
 def validate_model(model: type[M], raw: Any) -> M:

@@ -60,3 +60,58 @@ def test_output_file_with_json_keeps_stdout_free(tmp_path: Path) -> None:
     r = _cli("plan", "deeprecsys_rm1", "-q", "--format", "json", "-o", str(out))
     assert r.returncode == 0 and r.stdout == "" and "written to" in r.stderr
     assert json.loads(out.read_text())["tables"]
+
+
+def test_json_past_pythons_limits_is_bad_input(tmp_path: Path) -> None:
+    """An integer of 5,000 digits and arrays nested 100,000 deep: Python's json refuses
+    both (ValueError, RecursionError); every reader says so in one line, exit 2."""
+    big = tmp_path / "big.json"
+    big.write_text('{"batch_size_per_gpu": 1' + "0" * 5000 + ', "tables": []}')
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    for path, words in ((big, "4300 digits"), (deep, "nested too deeply")):
+        for args in (("plan", str(path)), ("check", str(path)),
+                     ("plan", "deeprecsys_rm1", "--hardware", str(path))):
+            r = _cli(*args)
+            assert r.returncode == 2, (args, r.stderr)
+            assert "Traceback" not in r.stderr and words in r.stderr, (args, r.stderr)
+
+
+def test_an_output_path_that_cannot_be_written_fails_before_planning(tmp_path: Path) -> None:
+    r = _cli("plan", "deeprecsys_rm1", "-q", "-o", str(tmp_path / "missing" / "plan.json"))
+    assert r.returncode == 2 and "no such directory" in r.stderr and "Traceback" not in r.stderr
+    r = _cli("plan", "deeprecsys_rm1", "-q", "-o", str(tmp_path))
+    assert r.returncode == 2 and "is a directory" in r.stderr
+
+
+def test_plan_of_something_not_a_request_is_bad_input() -> None:
+    for value in (None, "abc", 42, [1]):
+        try:
+            plan(value)  # type: ignore[arg-type]
+        except BadInputError as err:
+            assert "expected a JSON object" in str(err)
+        else:
+            raise AssertionError(f"plan({value!r}) was accepted")
+
+
+def test_capacities_past_64_bits_reach_cp_sat() -> None:
+    """1e20 bytes of HBM (the schema takes it): CP-SAT's 64-bit integers used to overflow,
+    and the search was skipped with a traceback on stderr."""
+    hw = {"preset": "h100", "hosts": 2,
+          "overrides": {"gpu": {"hbm_capacity_bytes": 10**20, "hbm_reserved_bytes": 0}}}
+    p = plan({"model": {"batch_size_per_gpu": 512, "tables": [
+        {**_TABLE, "name": f"t{i}", "num_embeddings": 10**5 * (i + 1)} for i in range(3)]},
+        "hardware": hw, "options": {"solver": "ilp", "time_limit_s": 1.0}})
+    assert not any("CP-SAT failed" in d for d in p.summary.decisions), p.summary.decisions
+    assert "cp-sat" in p.summary.solver or "CP-SAT" in p.summary.status
+
+
+def test_the_reported_bound_is_never_above_the_step() -> None:
+    """Two tables whose bound and step are sums of the same seconds in different orders:
+    the bound came out one ulp above the step (gap -1.1e-16, printed -0.00%)."""
+    p = plan({"model": {"batch_size_per_gpu": 512, "tables": [
+        {"name": "t0", "num_embeddings": 100_000, "embedding_dim": 64, "pooling_factor": 2.0},
+        {"name": "t1", "num_embeddings": 5_000_000, "embedding_dim": 128,
+         "pooling_factor": 2.0}]}, "hardware": {"preset": "h100", "hosts": 1}})
+    assert p.summary.lower_bound_s <= p.summary.step_time_s
+    assert p.summary.gap >= 0.0

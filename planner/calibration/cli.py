@@ -47,8 +47,9 @@ def register(app: typer.Typer) -> None:
         constants (robust least squares, 95% intervals), and
         write a hardware profile that `planner plan --hardware` takes (provenance and every
         fit in OUTPUT's .provenance.json beside it)."""
-        from planner.cli_common import fail
+        from planner.cli_common import check_output, fail, write_output
 
+        check_output(output)
         if world_size < 1 or world_size > 64:
             fail("--world-size must be between 1 and 64", 2)
         import torch
@@ -151,9 +152,9 @@ def register(app: typer.Typer) -> None:
             resolved = validate_model(HardwareSpec, spec)
         except (BadInputError, ValueError) as exc:
             fail(f"the fitted profile is not valid: {exc}", 1)
-        output.write_text(json.dumps(spec, indent=1) + "\n")
+        write_output(output, json.dumps(spec, indent=1) + "\n")
         side = output.with_suffix(".provenance.json")
-        side.write_text(json.dumps(provenance, indent=1) + "\n")
+        write_output(side, json.dumps(provenance, indent=1) + "\n")
         c = resolved.constants.model_dump()  # the preset's defaults where nothing was fitted
         eff = provenance["effective_bandwidth_gb_per_s"]
         fits = provenance["fits"]

@@ -114,11 +114,12 @@ def register(app: typer.Typer) -> None:
         or hangs."""
         from rich.console import Console
 
-        from planner.cli_common import fail
+        from planner.cli_common import check_output, fail, write_output
         from planner.errors import PlannerError
         from planner.plan_model import Plan
         from planner.validation import parse_json_model
 
+        check_output(output)
         try:
             plan_obj = parse_json_model(Plan, plan.read_text(), "plan")
         except (OSError, PlannerError) as exc:
@@ -161,7 +162,7 @@ def register(app: typer.Typer) -> None:
             fail_plain(exc, 2)
         body = json.dumps(rep.to_json(), indent=1) + "\n"
         if output is not None:
-            output.write_text(body)
+            write_output(output, body)
         if fmt is Format.json:
             sys.stdout.write(body)
         else:

@@ -13,7 +13,7 @@ from typing import Annotated
 
 import typer
 
-from planner.cli_common import fail, hardware_input, load_json, read_input
+from planner.cli_common import fail, hardware_input, load_json, read_input, write_output
 from planner.errors import PlannerError
 
 
@@ -30,7 +30,7 @@ def _write(text: str, output: Path | None) -> None:
     if output is None:
         sys.stdout.write(text)
     else:
-        output.write_text(text)
+        write_output(output, text)
         typer.echo(f"written to {output}", err=True)
 
 

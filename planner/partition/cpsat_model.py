@@ -36,6 +36,15 @@ from planner.partition.greedy import allowed_mask
 from planner.partition.state import LoadState
 from planner.problem import Problem
 
+# CP-SAT's integers are 64-bit: a capacity above this (a spec may give 1e20 bytes) binds
+# nothing any real table set reaches, so it is held here.
+CP_INT_MAX = 2**62
+
+
+def cp_cap(value: int) -> int:
+    """A capacity in bytes as CP-SAT can take it (CP_INT_MAX at most)."""
+    return min(int(value), CP_INT_MAX)
+
 
 class ExtractionError(RuntimeError):
     """A solution the model's own constraints should have ruled out (an internal error: the
@@ -290,13 +299,14 @@ class PartitionModel:
             if pipelined:
                 m.add(cp_model.LinearExpr.weighted_sum(gl.vars, gl.comm) + int(base_comm[r])
                       + wait <= t_var)
-            free_hbm = int(hw.hbm_cap - base.hbm[r])
+            free_hbm = cp_cap(int(hw.hbm_cap) - int(base.hbm[r]))
             if gl.vars and sum(gl.mem) > free_hbm:
                 m.add(cp_model.LinearExpr.weighted_sum(gl.vars, gl.mem) <= free_hbm)
         for h, hl in enumerate(self.host):
             if not hl.mvars:
                 continue
-            free_ddr, free_ssd = int(hw.ddr_cap - base.ddr[h]), int(hw.ssd_cap - base.ssd[h])
+            free_ddr = cp_cap(int(hw.ddr_cap) - int(base.ddr[h]))
+            free_ssd = cp_cap(int(hw.ssd_cap) - int(base.ssd[h]))
             if sum(hl.ddr) > free_ddr:
                 m.add(cp_model.LinearExpr.weighted_sum(hl.mvars, hl.ddr) <= free_ddr)
             if sum(hl.ssd) > free_ssd:

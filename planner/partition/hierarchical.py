@@ -32,7 +32,7 @@ from planner.partition.cpsat import (
     makespan,
     solver_params,
 )
-from planner.partition.cpsat_model import ExtractionError, PartitionModel, ticks_of
+from planner.partition.cpsat_model import ExtractionError, PartitionModel, cp_cap, ticks_of
 from planner.partition.greedy import allowed_mask
 from planner.partition.state import LoadState
 from planner.problem import Problem
@@ -188,9 +188,9 @@ class HostModel:
             m.add(lin("comp", 0) + lin("comm", 1) + sum(wait) <= g * t_var)
             if pipelined:
                 m.add(lin("comm", 1) + sum(wait) <= g * t_var)
-            m.add(lin("hbm", 2) <= g * hw.hbm_cap)
-            m.add(lin("ddr", 3) <= hw.ddr_cap)
-            m.add(lin("ssd", 4) <= hw.ssd_cap)
+            m.add(lin("hbm", 2) <= cp_cap(g * hw.hbm_cap))
+            m.add(lin("ddr", 3) <= cp_cap(hw.ddr_cap))
+            m.add(lin("ssd", 4) <= cp_cap(hw.ssd_cap))
         m.minimize(t_var)
 
     def hint(self, choices: list[TableChoice]) -> None:
