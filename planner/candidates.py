@@ -571,10 +571,81 @@ def _shapes(problem: Problem, t: TableInfo) -> list[Shape]:
                         [_row_bands(rows, g, c0, cn) for c0, cn in even_split(dim, k)]))
     if (ShardingType.DATA_PARALLEL in allowed and w > 1
             and t.bytes <= DATA_PARALLEL_MAX_HBM_SHARE * hw.hbm_cap):
-        out.append((ShardingType.DATA_PARALLEL, Scope.WORLD,
-                    [_same(np.tile(np.array((0, rows, 0, dim), dtype=np.int64), (w, 1)),
-                           rows, dim)]))
+        out.append(_replicas(rows, dim, w))
+    return out or _degenerate(problem, t, allowed)
+
+
+def _replicas(rows: int, dim: int, w: int) -> Shape:
+    """Data-parallel: the whole table on every rank."""
+    return (ShardingType.DATA_PARALLEL, Scope.WORLD,
+            [_same(np.tile(np.array((0, rows, 0, dim), dtype=np.int64), (w, 1)), rows, dim)])
+
+
+def _degenerate(problem: Problem, t: TableInfo, allowed: set[ShardingType]) -> list[Shape]:
+    """Where `_shapes`' grid leaves a table nothing, the shapes of its allowed types that the
+    grid leaves out by choice, not by their definition (planner/check.py's), so that no
+    request is answered "infeasible" for a plan the checker accepts: a replica larger than
+    DATA_PARALLEL_MAX_HBM_SHARE; on one GPU, a replica, one row band or two column chunks;
+    on hosts of one GPU,
+    one band per host and grid's chunks one per GPU; on one host, grid's two column chunks
+    both on it. (Column-wise and table-column-wise need two chunks at least as wide as the
+    minimum width: where the dimension has none, no plan has them.)"""
+    hw = problem.hw
+    g, w = hw.gpus_per_host, hw.world_size
+    rows, dim = t.geom.rows, t.geom.dim
+    min_w = t.constraints.min_column_shard_width or DEFAULT_MIN_COLUMN_WIDTH
+    out: list[Shape] = []
+    if ShardingType.COLUMN_WISE in allowed and w == 1:  # both chunks on the one GPU
+        for k in column_splits(dim, min_w, 2):
+            out.append((ShardingType.COLUMN_WISE, Scope.GPU,
+                        [_one(0, rows, c0, cn) for c0, cn in even_split(dim, k)]))
+    if ShardingType.ROW_WISE in allowed and w == 1:
+        out.append((ShardingType.ROW_WISE, Scope.WORLD, [_row_bands(rows, 1, 0, dim)]))
+    if ShardingType.TABLE_ROW_WISE in allowed and g == 1:
+        out.append((ShardingType.TABLE_ROW_WISE, Scope.HOST_FIXED, [_row_bands(rows, 1, 0, dim)]))
+    if ShardingType.GRID in allowed and rows >= g and (hw.hosts == 1 or g == 1):
+        for k in column_splits(dim, min_w, 2 if hw.hosts == 1 else hw.hosts):
+            out.append((ShardingType.GRID, Scope.HOST_FIXED,
+                        [_row_bands(rows, g, c0, cn) for c0, cn in even_split(dim, k)]))
+    if ShardingType.DATA_PARALLEL in allowed:
+        out.append(_replicas(rows, dim, w))
     return out
+
+
+def why_no_shape(problem: Problem, t: TableInfo) -> str:
+    """Why each sharding type the table allows has no shape on this cluster (for an
+    "infeasible" answer: the types, and the constraint or size that rules each out)."""
+    hw = problem.hw
+    g, w = hw.gpus_per_host, hw.world_size
+    rows, dim = t.geom.rows, t.geom.dim
+    c = t.constraints
+    min_w = c.min_column_shard_width or DEFAULT_MIN_COLUMN_WIDTH
+    width = (f"{dim} columns have no split into 2 or more equal chunks of at least {min_w} "
+             f"columns, each a multiple of {COLUMN_ALIGNMENT} (min_column_shard_width"
+             f"{'' if c.min_column_shard_width else ', default'} {min_w})")
+    shaped = {kind for kind, _, _ in _shapes(problem, t)}
+    pinned = sorted(c.pinned_ranks) if c.pinned_ranks else None
+    reasons = []
+    for kind in (c.sharding_types or list(ShardingType)):
+        if kind in shaped:
+            tiers = [x.value for x in c.memory_tiers] if c.memory_tiers else None
+            reasons.append(
+                f"{kind.value}: replicas live in HBM, which memory_tiers {tiers} leaves out"
+                if kind is ShardingType.DATA_PARALLEL and tiers and "hbm" not in tiers
+                else f"{kind.value}: the pinned ranks {pinned} do not hold its pieces"
+                if pinned is not None else f"{kind.value}: no tier of {tiers} takes it")
+        elif kind in (ShardingType.COLUMN_WISE, ShardingType.TABLE_COLUMN_WISE):
+            reasons.append(f"{kind.value}: {width}" if g > 1 or kind is ShardingType.COLUMN_WISE
+                           else f"{kind.value}: hosts of one GPU (its chunks need distinct "
+                                "GPUs of one host)")
+        elif kind is ShardingType.GRID and rows >= g:
+            reasons.append(f"grid: {width}")
+        else:
+            parts = {ShardingType.ROW_WISE: w, ShardingType.TABLE_ROW_WISE: g,
+                     ShardingType.GRID: g}.get(kind)
+            reasons.append(f"{kind.value}: {rows} rows cannot give each of {parts} GPUs a row"
+                           if parts else f"{kind.value}: no shape on this cluster")
+    return "; ".join(reasons)
 
 
 def _build(problem: Problem, t: TableInfo, kind: ShardingType, scope: Scope,

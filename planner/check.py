@@ -42,6 +42,7 @@ from cost_models import (
     piece_traffic,
     placed_piece_buffers,
 )
+from planner.candidates import DEFAULT_MIN_COLUMN_WIDTH
 from planner.hashing import plan_hash_of
 from planner.plan_model import Plan, TablePlan
 from planner.problem import TableInfo, build_problem
@@ -60,6 +61,9 @@ class CheckReport:
     @property
     def ok(self) -> bool:
         return not self.errors
+
+# Types that split a table by columns (each chunk held to min_column_shard_width).
+_COLUMN_SPLITS = (ShardingType.COLUMN_WISE, ShardingType.TABLE_COLUMN_WISE, ShardingType.GRID)
 
 
 def _close(a: float, b: float) -> bool:
@@ -123,6 +127,14 @@ def _structure(tp: TablePlan, t: TableInfo, w: int, g: int, errs: list[str]) -> 
         problem = "data_parallel needs one whole replica on every GPU"
     elif kind is ShardingType.DATA_PARALLEL and tp.tier is not Tier.HBM:
         problem = "data_parallel replicas live in HBM (the cost model has no tiered replica)"
+    if problem is None and kind in _COLUMN_SPLITS:
+        # The request's minimum chunk width, or its documented default (TorchRec's).
+        min_w = t.constraints.min_column_shard_width or DEFAULT_MIN_COLUMN_WIDTH
+        narrow = min(p.col_count for p in ps)
+        if narrow < min_w:
+            problem = (f"a column chunk of {narrow} columns is narrower than "
+                       f"min_column_shard_width ({min_w}"
+                       f"{'' if t.constraints.min_column_shard_width else ', the default'})")
     if problem:
         errs.append(f"table '{tp.name}': {problem}")
 

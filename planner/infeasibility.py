@@ -24,12 +24,22 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from planner.candidates import Candidate, Scope, enumerate_candidates, least_bytes
+from cost_models import ShardingType
+from planner.candidates import (
+    DEFAULT_MIN_COLUMN_WIDTH,
+    Candidate,
+    Scope,
+    enumerate_candidates,
+    least_bytes,
+    why_no_shape,
+)
 from planner.errors import InfeasibleError
 from planner.problem import Problem, TableInfo
 
 CertificateKind = Literal["step-buffers", "no-allowed-shape", "table", "pinned-set", "cluster",
                           "cp-sat"]
+# The types that split a table by columns (candidates held to a minimum chunk width).
+_COLUMN_SPLITS = {ShardingType.COLUMN_WISE, ShardingType.TABLE_COLUMN_WISE, ShardingType.GRID}
 
 
 class InfeasibilityCertificate(BaseModel):
@@ -78,19 +88,28 @@ def table_certificate(problem: Problem, t: TableInfo) -> InfeasibilityCertificat
         return None
     # No candidate fits an empty cluster, so every one of these has a positive excess.
     every = every_candidate(problem, t)
-    c = t.constraints
     if not every:
         return InfeasibilityCertificate(
             kind="no-allowed-shape", cap="constraints", table=t.name,
-            detail=(f"types {c.sharding_types}, tiers {c.memory_tiers}, pinned ranks "
-                    f"{c.pinned_ranks}: no candidate on this cluster"))
+            detail=why_no_shape(problem, t))
     short, cap = min(excess(problem, x) for x in every)
     best = min(every, key=lambda x: excess(problem, x))
     need = short + _cap_bytes(problem, cap)
     return InfeasibilityCertificate(
         kind="table", cap=cap, table=t.name, need_bytes=need, have_bytes=need - short,
         short_bytes=short, candidates=len(every),
-        detail=f"its least-excess candidate is {best.label}")
+        detail=f"its least-excess candidate is {best.label}{_width_note(t)}")
+
+
+def _width_note(t: TableInfo) -> str:
+    """The minimum chunk width the candidates were held to, where the table may be split by
+    columns (a narrower one, where the request allows it, needs less per GPU)."""
+    c = t.constraints
+    if not (set(c.sharding_types or list(ShardingType)) & _COLUMN_SPLITS):
+        return ""
+    min_w = c.min_column_shard_width or DEFAULT_MIN_COLUMN_WIDTH
+    return (f"; column chunks no narrower than {min_w} columns (min_column_shard_width"
+            f"{'' if c.min_column_shard_width else ', default'} {min_w})")
 
 
 def _cap_bytes(problem: Problem, cap: str) -> int:

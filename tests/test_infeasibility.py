@@ -153,3 +153,58 @@ def test_synthetic_tables_under_memory_pressure(hbm: str, fits: bool) -> None:
     p = plan(req)
     assert check_plan(p).ok
     assert set(p.summary.tables_per_tier) - {"hbm"}  # slower tiers were needed and used
+
+
+def _one_table(types: list[str], rows: int = 100_000, dim: int = 128,
+               optimizer: str = "rowwise_adagrad") -> dict[str, Any]:
+    return {"name": "m", "batch_size_per_gpu": 512, "tables": [
+        {"name": "a", "num_embeddings": rows, "embedding_dim": dim, "pooling_factor": 2.0,
+         "optimizer": optimizer, "constraints": {"sharding_types": types}}]}
+
+
+@pytest.mark.parametrize("kind", ["data_parallel", "row_wise", "table_row_wise", "grid",
+                                  "column_wise"])
+def test_a_type_the_constraints_force_plans_on_one_gpu(kind: str) -> None:
+    """On one GPU every type but table_column_wise (chunks on distinct GPUs) has a plan the
+    checker accepts; the planner used to call them all infeasible."""
+    p = plan({"model": _one_table([kind]), "hardware": {
+        "preset": "h100", "hosts": 1, "overrides": {"gpus_per_host": 1}}})
+    assert check_plan(p, strict=True).ok
+    assert p.tables[0].sharding_type.value == kind
+
+
+def test_a_large_replica_the_constraints_force_plans() -> None:
+    """A data-parallel-only table above the share of HBM the planner replicates by choice
+    (5 GB of 75): a replica per GPU fits, so the answer is a plan, not "infeasible"."""
+    p = plan({"model": _one_table(["data_parallel"], rows=10_000_000, optimizer="sgd"),
+              "hardware": {"preset": "h100", "hosts": 1}})
+    assert check_plan(p, strict=True).ok and p.tables[0].sharding_type.value == "data_parallel"
+
+
+def test_grid_on_one_host_plans() -> None:
+    p = plan({"model": _one_table(["grid"], rows=1_000_000, dim=64),
+              "hardware": {"preset": "h100", "hosts": 1}})
+    assert check_plan(p, strict=True).ok and p.tables[0].sharding_type.value == "grid"
+
+
+def test_no_split_under_the_minimum_width_is_infeasible_and_says_why() -> None:
+    """16 columns cannot be cut into two chunks of the default 32: infeasible, naming the
+    constraint; and the checker refuses such chunks too (the two agree on the space)."""
+    with pytest.raises(InfeasibleError) as info:
+        plan({"model": _one_table(["column_wise"], dim=16),
+              "hardware": {"preset": "h100", "hosts": 1}})
+    assert "min_column_shard_width" in str(info.value) and "ShardingType" not in str(info.value)
+    wide = plan({"model": _one_table(["column_wise"], dim=64),
+                 "hardware": {"preset": "h100", "hosts": 1}})
+    narrow = json.loads(wide.model_dump_json())
+    narrow["tables"][0]["pieces"] = [
+        {**narrow["tables"][0]["pieces"][0], "col_offset": c0, "col_count": 16}
+        for c0 in (0, 16, 32, 48)]
+    from planner.evaluation import evaluate_input
+    from planner.plan_model import EvaluateInput
+
+    scored = evaluate_input(EvaluateInput.model_validate(
+        {"schema_version": narrow["schema_version"], "request": narrow["request"],
+         "tables": narrow["tables"]}), None).plan
+    assert any("narrower than min_column_shard_width" in w for w in scored.summary.warnings)
+    assert not check_plan(scored).ok
