@@ -21,8 +21,14 @@ class BadInputError(PlannerError):
     exit_code = 2
 
     def __str__(self) -> str:
-        where = f"table '{self.table}': " if self.table else ""
+        where = f"table '{_clip(self.table)}': " if self.table else ""
         return f"{where}{self.field}: {self.message}"
+
+
+def _clip(name: str, keep: int = 80) -> str:
+    """A name as an error message shows it: a name too long to be valid (10,000 characters
+    were echoed whole) cut to its start and its length."""
+    return name if len(name) <= keep else f"{name[:keep]}... ({len(name):,} characters)"
 
 
 @dataclass

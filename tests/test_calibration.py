@@ -426,7 +426,20 @@ def test_overlap_fit_recovers_a_known_share(share: float) -> None:
     fit = fit_overlap(_overlap_points(share, 40, 0.005))
     assert fit is not None and fit["points"] == 40
     assert fit["value"] == pytest.approx(share, abs=0.08)
-    assert fit["ci95"][0] <= fit["value"] <= fit["ci95"][1]
+    assert fit["ci95"][0] <= fit["value"] <= fit["ci95"][1] and fit["determined"]
+
+
+def test_an_overlap_the_pairs_do_not_determine_keeps_the_presets() -> None:
+    """Shares as this machine gave them (-4.6 to 3.6 of the input over 8 ranks): the
+    interval spans 0 .. 1, so the profile keeps the preset's value and says so."""
+    m = synthetic(0.02, 0.0)
+    m.overlap = [{"sequential_s": s, "pipelined_s": p, "input_s": i} for s, p, i in (
+        (12.03, 4.22, 2.18), (18.77, 10.87, 2.24), (4.65, 7.1, 0.53), (18.12, 20.52, 0.56),
+        (15.0, 11.17, 2.08), (10.02, 6.75, 2.01), (14.08, 8.8, 2.76), (14.79, 9.35, 2.75))]
+    spec, prov = build_profile("h100", m, "cpu", "planner calibrate (test)")
+    assert not prov["fits"]["overlap"]["determined"]
+    assert "pipeline_overlap" in prov["kept_from_preset"]
+    assert "pipeline_overlap" not in spec["constants"]
 
 
 def test_overlap_is_held_to_a_share() -> None:

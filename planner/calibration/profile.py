@@ -25,7 +25,9 @@ Three fits, each of the cost model's own form (cost.py, latency.py):
 - pipeline overlap: per rank of a calibration plan run in turn and pipelined
   (executed.bench_overlap), the share of its sequential input all-to-all the pipelined step
   saved, (sequential - pipelined) / input; pipeline_overlap is their median, held to [0, 1]
-  (cost.sides_of hides that share of the input all-to-all), with a bootstrap interval.
+  (cost.sides_of hides that share of the input all-to-all), with a bootstrap interval. An
+  interval wider than OVERLAP_MAX_INTERVAL determines nothing: the preset's value is kept
+  (on this 2-core machine the shares ran from -4.6 to 3.6 over 8 ranks, interval 0 .. 1).
 
 Bandwidths become efficiencies of the base preset's peak (hbm_efficiency, nvlink_efficiency);
 where the measured bandwidth exceeds the peak, the peak is raised to it and the efficiency is 1.
@@ -48,6 +50,8 @@ from planner.calibration.bench import Measurements, to_arrays
 from planner.calibration.fit import FitResult, fit_linear
 from planner.presets import preset_dict
 
+# A fitted pipeline_overlap whose 95% interval is wider than this is not written.
+OVERLAP_MAX_INTERVAL = 0.5
 KERNEL_NAMES = ("piece_overhead_s", "update_launch_s", "inv_hbm_bw", "inv_backward_bw",
                 "update_row_s", "backward_id_s", "cache_probe_s", "lookup_id_s",
                 "inv_hbm_cached_bw", "inv_backward_cached_bw", "lookup_start_s",
@@ -302,8 +306,9 @@ def fit_overlap(points: list[dict[str, float]]) -> dict[str, Any] | None:
     boot = np.median(rng.choice(shares, size=(2000, len(shares))), axis=1)
     lo, hi = np.percentile(boot, [2.5, 97.5])
     raw = float(np.median(shares))
-    return {"value": min(1.0, max(0.0, raw)), "median_share": raw,
-            "ci95": [min(1.0, max(0.0, float(lo))), min(1.0, max(0.0, float(hi)))],
+    ci = [min(1.0, max(0.0, float(lo))), min(1.0, max(0.0, float(hi)))]
+    return {"value": min(1.0, max(0.0, raw)), "median_share": raw, "ci95": ci,
+            "determined": ci[1] - ci[0] <= OVERLAP_MAX_INTERVAL,
             "points": len(shares), "shares": shares.tolist()}
 
 
@@ -380,7 +385,7 @@ def build_profile(preset: str, m: Measurements, device: str, command: str
             if not name.startswith("inv_"):
                 consts[name] = min(float(value), 1.0)
     overlap = fit_overlap(m.overlap)
-    if overlap is None:
+    if overlap is None or not overlap["determined"]:
         kept.append("pipeline_overlap")
     else:
         consts["pipeline_overlap"] = overlap["value"]
@@ -395,7 +400,8 @@ def build_profile(preset: str, m: Measurements, device: str, command: str
         f"Calibrated: `{command}` on {host}, {now}, torch {torch.__version__}, device "
         f"{device}; fitted: {', '.join(n for f in fits for n in f.names)}"
         + (f", pipeline_overlap ({overlap['value']:.3g}, 95% {overlap['ci95'][0]:.3g} .. "
-           f"{overlap['ci95'][1]:.3g}, over {overlap['points']} ranks)" if overlap else "")
+           f"{overlap['ci95'][1]:.3g}, over {overlap['points']} ranks)"
+           if overlap and overlap["determined"] else "")
         + ".",
         "Fit residuals (relative): " + "; ".join(
             f"{k} median {f.rel_residual_median:.3f}, p90 {f.rel_residual_p90:.3f} over "

@@ -22,13 +22,13 @@ from planner.spec.table import StrictModel, drop_absent
 
 # At least 1 MB/s: every real link is faster, and 1/bandwidth must stay finite (a subnormal
 # bandwidth made every cost inf; found by the service's schemathesis run).
-GBps = Annotated[float, Field(ge=1e-3, le=1e6, allow_inf_nan=False)]
-Efficiency = Annotated[float, Field(gt=0.0, le=1.0, allow_inf_nan=False)]
+GBps = Annotated[float, Field(strict=True, ge=1e-3, le=1e6, allow_inf_nan=False)]
+Efficiency = Annotated[float, Field(strict=True, gt=0.0, le=1.0, allow_inf_nan=False)]
 Capacity = Annotated[ByteSize, Field(ge=0)]
-Seconds = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]
+Seconds = Annotated[float, Field(strict=True, ge=0.0, le=1.0, allow_inf_nan=False)]
 # How many times faster a device cache serves reads than the memory behind it.
-CacheFactor = Annotated[float, Field(ge=1.0, le=1e4, allow_inf_nan=False)]
-Share = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]
+CacheFactor = Annotated[float, Field(strict=True, ge=1.0, le=1e4, allow_inf_nan=False)]
+Share = Annotated[float, Field(strict=True, ge=0.0, le=1.0, allow_inf_nan=False)]
 
 _DEFAULT_CONSTANTS = CostConstants()
 
@@ -162,7 +162,7 @@ class ConstantsSpec(StrictModel):
         _DEFAULT_CONSTANTS.cache_metadata_bytes_per_row, description=(
             "Bytes of bookkeeping per cache slot (the cached row's index and its LRU/LFU "
             "stamp), in bytes."))
-    piece_overhead_s: Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)] = Field(
+    piece_overhead_s: Seconds = Field(
         _DEFAULT_CONSTANTS.piece_overhead_s, description=(
             "Fixed time each piece adds to its GPU per step (its forward lookup kernel's "
             "launch), in seconds."))

@@ -74,7 +74,8 @@ class PlanOptions(StrictModel):
     # The search's budget in deterministic seconds (CP-SAT's work counters, ruin and
     # recreate's charged placements; about a second each on one core), so the same request
     # gives the same plan whatever the machine's load.
-    time_limit_s: Annotated[float, Field(gt=0.0, le=3600.0, allow_inf_nan=False)] = Field(
+    time_limit_s: Annotated[float, Field(strict=True, gt=0.0, le=3600.0,
+                                         allow_inf_nan=False)] = Field(
         2.0, description=(
             "The search's budget after the heuristic in deterministic seconds (CP-SAT's work "
             "counters and ruin and recreate's charged placements, about one second each on "

@@ -38,7 +38,7 @@ def drop_absent(data: Any, keys: tuple[str, ...], absent: Any = None) -> Any:
 
 
 PositiveInt = Annotated[int, Field(strict=True, ge=1)]
-Fraction = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]
+Fraction = Annotated[float, Field(strict=True, ge=0.0, le=1.0, allow_inf_nan=False)]
 
 
 class UniformAccess(StrictModel):
@@ -52,7 +52,7 @@ class ZipfAccess(StrictModel):
         description=(
             "Zipf access: the row of popularity rank k is looked up with probability "
             "proportional to k^-alpha."))
-    alpha: Annotated[float, Field(gt=0.0, le=10.0, allow_inf_nan=False)] = Field(
+    alpha: Annotated[float, Field(strict=True, gt=0.0, le=10.0, allow_inf_nan=False)] = Field(
         description=(
             "Zipf exponent (dimensionless, 0 < alpha <= 10): larger is more skewed towards "
             "the hottest rows."))
@@ -99,7 +99,8 @@ class TableConstraints(StrictModel):
         None, description=(
             "Narrowest column chunk allowed when the table is split by columns, in columns "
             "(elements of an embedding vector); default 32."))
-    cache_load_factor: Annotated[float, Field(gt=0.0, le=1.0, allow_inf_nan=False)] | None = (
+    cache_load_factor: Annotated[float, Field(strict=True, gt=0.0, le=1.0,
+                                              allow_inf_nan=False)] | None = (
         Field(None, description=(
             "Share of each piece's rows its cache holds when the table is cached (hbm_cache: "
             "an HBM cache in front of DDR; ssd: a DDR cache in front of SSD), as TorchRec's "
@@ -116,8 +117,10 @@ PoolingMode = Literal["sum", "mean", "none"]
 # embedding.py, sharding_types): no host-local or grid types.
 SEQUENCE_SHARDING_TYPES = (ShardingType.DATA_PARALLEL, ShardingType.TABLE_WISE,
                            ShardingType.COLUMN_WISE, ShardingType.ROW_WISE)
-PoolingFactor = Annotated[float, Field(gt=0.0, le=1e6, allow_inf_nan=False)]
-FeatureName = Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[^\s]+$")]
+PoolingFactor = Annotated[float, Field(strict=True, gt=0.0, le=1e6, allow_inf_nan=False)]
+# A name: 1 to 256 characters, no whitespace and no control characters (a NUL was taken).
+Name = Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[^\s\x00-\x1f\x7f]+$")]
+FeatureName = Name
 
 
 class FeatureSpec(StrictModel):
@@ -139,9 +142,9 @@ class FeatureSpec(StrictModel):
 
 
 class TableSpec(StrictModel):
-    name: Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[^\s]+$")] = Field(
+    name: Name = Field(
         description=(
-            "Unique table name, without whitespace."))
+            "Unique table name, without whitespace or control characters."))
     num_embeddings: Annotated[int, Field(strict=True, ge=1, le=MAX_ROWS)] = Field(
         description=(
             "Rows of the table (a count)."))
