@@ -135,14 +135,12 @@ def even_split(total: int, parts: int) -> list[tuple[int, int]]:
 
 
 def column_splits(dim: int, min_width: int, max_chunks: int) -> list[int]:
-    """Chunk counts k >= 2 (powers of two) that cut `dim` into equal aligned chunks."""
-    ks, k = [], 2
-    while k <= max_chunks:
-        width = dim // k
-        if dim % k == 0 and width >= min_width and width % COLUMN_ALIGNMENT == 0:
-            ks.append(k)
-        k *= 2
-    return ks
+    """Chunk counts k >= 2 that cut `dim` into equal aligned chunks of at least `min_width`
+    columns: every divisor, not only powers of two (dim 96 at 32 wide: 2 and 3 chunks), so
+    the finest split the checker accepts at equal widths is in the grid."""
+    top = min(max_chunks, dim // max(min_width, 1))
+    return [k for k in range(2, top + 1)
+            if dim % k == 0 and (dim // k) >= min_width and (dim // k) % COLUMN_ALIGNMENT == 0]
 
 
 def _tier_options(t: TableInfo, slow_tiers: bool) -> list[tuple[Tier, float | None]]:

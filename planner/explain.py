@@ -40,6 +40,7 @@ from planner.candidates import (
     Candidate,
     Scope,
     candidate_of_pieces,
+    column_splits,
     enumerate_candidates,
 )
 from planner.errors import BadInputError
@@ -561,9 +562,10 @@ def _bounds(problem: Problem, t: TableInfo, tp: TablePlan, chosen: Candidate,
     if tp.sharding_type in _COLUMN_SPLIT:
         width = tp.pieces[0].col_count
         min_w = cons.min_column_shard_width or DEFAULT_MIN_COLUMN_WIDTH
-        edge = width // 2 < min_w or (width // 2) % 4 != 0
-        out.append(f"grid: column splits are powers of two, chunks at least {min_w} columns "
-                   f"wide and a multiple of 4; chosen {t.geom.dim // width} chunks of {width}"
+        k = t.geom.dim // width
+        edge = not any(x > k for x in column_splits(t.geom.dim, min_w, t.geom.dim))
+        out.append(f"grid: column splits into equal chunks at least {min_w} columns wide and "
+                   f"a multiple of 4; chosen {k} chunks of {width}"
                    + (" (the finest the grid allows)" if edge else ""))
     if tp.cache_ratio is not None:
         grid = HBM_CACHE_RATIOS if tp.tier is Tier.HBM_CACHE else SSD_CACHE_RATIOS

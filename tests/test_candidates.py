@@ -144,3 +144,22 @@ def test_least_bytes_are_the_costed_candidates_minima(fixture: str, hosts: int,
         assert least.candidates >= len(every)
     if hbm is not None:
         assert unfit > 0, "the small HBM left every candidate fitting: the test lost its edge"
+
+
+def test_column_splits_take_every_equal_aligned_divisor() -> None:
+    """dim 96 at the default 32 columns splits into 3 chunks too (the checker accepts them;
+    the grid took powers of two only); power-of-two dims keep the splits they had."""
+    from planner.candidates import column_splits
+
+    assert column_splits(96, 32, 8) == [2, 3]
+    assert column_splits(192, 32, 4) == [2, 3, 4]
+    assert column_splits(128, 32, 1024) == [2, 4]
+    assert column_splits(256, 16, 8) == [2, 4, 8]
+    assert column_splits(100, 32, 8) == []  # 50 columns are not a multiple of 4
+    from planner import plan
+
+    p = plan({"model": {"batch_size_per_gpu": 512, "tables": [
+        {"name": "a", "num_embeddings": 1_000_000, "embedding_dim": 96, "pooling_factor": 8.0,
+         "constraints": {"sharding_types": ["column_wise"]}}]},
+        "hardware": {"preset": "h100", "hosts": 1}})
+    assert sorted({x.col_count for x in p.tables[0].pieces}) in ([32], [48])
