@@ -584,10 +584,9 @@ def _degenerate(problem: Problem, t: TableInfo, allowed: set[ShardingType]) -> l
     grid leaves out by choice, not by their definition (planner/check.py's), so that no
     request is answered "infeasible" for a plan the checker accepts: a replica larger than
     DATA_PARALLEL_MAX_HBM_SHARE; on one GPU, a replica, one row band or two column chunks;
-    on hosts of one GPU,
-    one band per host and grid's chunks one per GPU; on one host, grid's two column chunks
-    both on it. (Column-wise and table-column-wise need two chunks at least as wide as the
-    minimum width: where the dimension has none, no plan has them.)"""
+    on hosts of one GPU, one band per host and grid's chunks one per GPU; on one host,
+    grid's two column chunks both on it. (Column-wise and table-column-wise need two chunks
+    at least as wide as the minimum width: where the dimension has none, no plan has them.)"""
     hw = problem.hw
     g, w = hw.gpus_per_host, hw.world_size
     rows, dim = t.geom.rows, t.geom.dim
