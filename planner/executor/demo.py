@@ -17,10 +17,16 @@ def piece(rank: int, row0: int, rows: int, col0: int, cols: int) -> dict[str, in
 
 
 def _table(name: str, rows: int, dim: int, pooling: float, access: dict[str, Any],
-           optimizer: str, data_type: str = "fp32") -> dict[str, Any]:
-    return {"name": name, "num_embeddings": rows, "embedding_dim": dim,
+           optimizer: str, data_type: str = "fp32", min_width: int | None = None
+           ) -> dict[str, Any]:
+    """A table spec; `min_width`: its min_column_shard_width, for the demo's column chunks
+    of 3 to 5 columns (the default 32 would refuse them: planner/check.py)."""
+    spec = {"name": name, "num_embeddings": rows, "embedding_dim": dim,
             "pooling_factor": pooling, "access_frequency": access, "optimizer": optimizer,
             "data_type": data_type}
+    if min_width is not None:
+        spec["constraints"] = {"min_column_shard_width": min_width}
+    return spec
 
 
 def split_rows(rows: int, ranks: list[int], col0: int, cols: int) -> list[dict[str, int]]:
@@ -37,12 +43,13 @@ def all_types_plan(fwd: str = "fp32", bwd: str = "fp32", batch: int = 32,
     tables = [
         _table("tw_hbm", 64, 8, 3, uni, "rowwise_adagrad"),
         _table("tw_fp16_ddr", 48, 8, 2, uni, "sgd", "fp16"),
-        _table("cw_cache", 400, 8, 4, {"kind": "zipf", "alpha": 1.1}, "rowwise_adagrad"),
+        _table("cw_cache", 400, 8, 4, {"kind": "zipf", "alpha": 1.1}, "rowwise_adagrad",
+               min_width=4),
         _table("rw_ddr", 100, 4, 3, uni, "sgd"),
         _table("twrw_ssd", 96, 4, 2.5, uni, "rowwise_adagrad"),
-        _table("twcw_hbm", 40, 8, 2, uni, "adagrad"),
+        _table("twcw_hbm", 40, 8, 2, uni, "adagrad", min_width=3),
         _table("grid_cache", 120, 8, 3, {"kind": "curve", "points": [[0.2, 0.8]]},
-               "rowwise_adagrad"),
+               "rowwise_adagrad", min_width=4),
         _table("dp_hbm", 32, 4, 2, uni, "adam"),
         _table("zipf_cache", 2000, 4, 8, {"kind": "zipf", "alpha": 1.05}, "sgd"),
         _table("zipf_ssd", 1000, 4, 8, {"kind": "zipf", "alpha": 0.9}, "rowwise_adagrad"),
@@ -77,13 +84,13 @@ def small_plan(fwd: str = "fp32", bwd: str = "fp32", batch: int = 8,
     tables = [
         _table("tw_sgd", 40, 4, 3, uni, "sgd"),
         _table("tw_adam", 30, 4, 2, uni, "adam"),
-        _table("cw_adagrad", 50, 8, 3, uni, "adagrad"),
+        _table("cw_adagrad", 50, 8, 3, uni, "adagrad", min_width=4),
         _table("rw_rowwise", 60, 4, 4, uni, "rowwise_adagrad"),
         _table("dp_adam", 16, 4, 2, uni, "adam"),
         # zipf: a cache policy that keeps the wrong rows shows in the hit rate.
         _table("tw_cache", 80, 4, 6, {"kind": "zipf", "alpha": 1.0}, "rowwise_adagrad"),
         _table("tw_fp16", 24, 4, 2, uni, "sgd", "fp16"),
-        _table("cw_int8", 36, 8, 3, uni, "rowwise_adagrad", "int8"),
+        _table("cw_int8", 36, 8, 3, uni, "rowwise_adagrad", "int8", min_width=4),
     ]
 
     plans = [
