@@ -844,7 +844,11 @@ def _pins_allow(scope: Scope, shape: list[np.ndarray], pinned: set[int],
         if (scope is Scope.HOST_FIXED and len(local) == g) or (
                 scope is Scope.HOST_FREE and len(local) >= need):
             hosts_ok += 1
-    return hosts_ok >= (len(shape) if scope is Scope.HOST_FIXED else 1)
+    if scope is Scope.HOST_FIXED and w // g > 1 and g > 1:
+        return hosts_ok >= len(shape)  # the grid's chunks, one host each
+    # One host, or hosts of one GPU: _degenerate's grid puts its chunks on one host, as the
+    # checker allows (each chunk on all GPUs of a host), so one pinned host holds them.
+    return hosts_ok >= 1
 
 
 # How a layout's pieces of each sharding type group for placement (see the module docstring).

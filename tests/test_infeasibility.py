@@ -208,3 +208,16 @@ def test_no_split_under_the_minimum_width_is_infeasible_and_says_why() -> None:
          "tables": narrow["tables"]}), None).plan
     assert any("narrower than min_column_shard_width" in w for w in scored.summary.warnings)
     assert not check_plan(scored).ok
+
+
+@pytest.mark.parametrize(("hosts", "gpus", "pins"), [(1, 2, [0, 1]), (1, 1, [0]), (4, 1, [0])])
+def test_grid_pinned_where_its_chunks_share_a_host(hosts: int, gpus: int, pins: list[int]
+                                                   ) -> None:
+    """Grid's two chunks on one host (one host, or hosts of one GPU), pinned to ranks that
+    hold them: a plan the checker accepts (the pins check asked for a host per chunk)."""
+    model = _one_table(["grid"], rows=1_000_000, dim=64)
+    model["tables"][0]["constraints"]["pinned_ranks"] = pins
+    p = plan({"model": model, "hardware": {"preset": "h100", "hosts": hosts,
+                                           "overrides": {"gpus_per_host": gpus}}})
+    assert check_plan(p, strict=True).ok and p.tables[0].sharding_type.value == "grid"
+    assert {x.rank for x in p.tables[0].pieces} <= set(pins)
