@@ -119,6 +119,12 @@ def balanced_bound(work: np.ndarray, maxp: np.ndarray, mem: np.ndarray, caps: np
 _MAX_PIN_SETS, _FULL_PIN_SETS = 256, 8
 
 
+def _offset(attr: str, offsets: tuple[float, float]) -> float:
+    """What the fixed seconds add to a floor on `attr` (cost.fixed_floors' two offsets: on
+    the pieces' work, on their comm alone)."""
+    return offsets[0] if attr == "work" else offsets[1]
+
+
 def _work_bounds(cands: list[list[Candidate]], caps: np.ndarray, gpus: int,
                  pipelined: bool, offsets: tuple[float, float] = (0.0, 0.0)
                  ) -> tuple[float, float, float, np.ndarray]:
@@ -131,7 +137,7 @@ def _work_bounds(cands: list[list[Candidate]], caps: np.ndarray, gpus: int,
     parts = ["work", "comm_work"] if pipelined else ["work"]
     plain, priced, balanced, prices = 0.0, 0.0, 0.0, np.zeros(3)
     for attr in parts:
-        off = offsets[0] if attr == "work" else offsets[1]
+        off = _offset(attr, offsets)
         work = candidate_matrix(cands, attr)
         plain = max(plain, float(work.min(axis=1).sum()) / gpus + off)
         value, lam = lagrangian_bound(work, mem, caps)
@@ -167,8 +173,7 @@ def pinned_bound(problem: Problem, cands: list[list[Candidate]],
     floors = {a: candidate_matrix(cands, a).min(axis=1) for a in parts}
 
     def plain(idx: list[int], gpus: int) -> float:
-        return max(float(floors[a][idx].sum()) / gpus + (offsets[0] if a == "work" else
-                                                          offsets[1]) for a in parts)
+        return max(float(floors[a][idx].sum()) / gpus + _offset(a, offsets) for a in parts)
 
     # Which sets P to try: the _MAX_PIN_SETS whose own tables weigh most per GPU; each then
     # with every table whose pin set lies inside it.

@@ -27,6 +27,7 @@ from cost_models import (
     priced_sides,
 )
 from planner.problem import Problem, TableInfo
+from planner.spec import TableConstraints
 
 # hbm_cache: fractions of a table's rows cached in HBM; ssd: fractions cached in DDR.
 HBM_CACHE_RATIOS = (0.01, 0.05, 0.2, 0.5)
@@ -104,7 +105,7 @@ class Candidate:
     @property
     def label(self) -> str:
         width = int(self.groups[0].geometry[0, 3])
-        split = f" {width}-col chunks" if self.kind in _COLUMN_SPLIT else ""
+        split = f" {width}-col chunks" if self.kind in COLUMN_SPLIT_TYPES else ""
         ratio = f" cache {self.cache_ratio:g}" if self.cache_ratio is not None else ""
         return f"{self.kind.value}{split} {self.tier.value}{ratio}"
 
@@ -118,9 +119,15 @@ class Candidate:
                 float(self.ssd_total), float(self.max_piece_hbm), float(every))
 
 
-_COLUMN_SPLIT = frozenset(
+# The types that split a table by columns: each chunk at least min_column_width wide.
+COLUMN_SPLIT_TYPES = frozenset(
     {ShardingType.COLUMN_WISE, ShardingType.TABLE_COLUMN_WISE, ShardingType.GRID}
 )
+
+
+def min_column_width(constraints: TableConstraints) -> int:
+    """The narrowest column chunk a table's constraints allow (their own or the default)."""
+    return constraints.min_column_shard_width or DEFAULT_MIN_COLUMN_WIDTH
 
 
 def even_split(total: int, parts: int) -> list[tuple[int, int]]:
@@ -538,7 +545,7 @@ def _shapes(problem: Problem, t: TableInfo) -> list[Shape]:
     g, w, hosts = hw.gpus_per_host, hw.world_size, hw.hosts
     rows, dim = t.geom.rows, t.geom.dim
     allowed = set(t.constraints.sharding_types or list(ShardingType))
-    min_w = t.constraints.min_column_shard_width or DEFAULT_MIN_COLUMN_WIDTH
+    min_w = min_column_width(t.constraints)
     out: list[Shape] = []
     if ShardingType.TABLE_WISE in allowed:
         out.append((ShardingType.TABLE_WISE, Scope.GPU, [_one(0, rows, 0, dim)]))
@@ -590,7 +597,7 @@ def _degenerate(problem: Problem, t: TableInfo, allowed: set[ShardingType]) -> l
     hw = problem.hw
     g, w = hw.gpus_per_host, hw.world_size
     rows, dim = t.geom.rows, t.geom.dim
-    min_w = t.constraints.min_column_shard_width or DEFAULT_MIN_COLUMN_WIDTH
+    min_w = min_column_width(t.constraints)
     out: list[Shape] = []
     if ShardingType.COLUMN_WISE in allowed and w == 1:  # both chunks on the one GPU
         for k in column_splits(dim, min_w, 2):
@@ -616,7 +623,7 @@ def why_no_shape(problem: Problem, t: TableInfo) -> str:
     g, w = hw.gpus_per_host, hw.world_size
     rows, dim = t.geom.rows, t.geom.dim
     c = t.constraints
-    min_w = c.min_column_shard_width or DEFAULT_MIN_COLUMN_WIDTH
+    min_w = min_column_width(c)
     width = (f"{dim} columns have no split into 2 or more equal chunks of at least {min_w} "
              f"columns, each a multiple of {COLUMN_ALIGNMENT} (min_column_shard_width"
              f"{'' if c.min_column_shard_width else ', default'} {min_w})")

@@ -42,7 +42,7 @@ from cost_models import (
     piece_traffic,
     placed_piece_buffers,
 )
-from planner.candidates import DEFAULT_MIN_COLUMN_WIDTH
+from planner.candidates import COLUMN_SPLIT_TYPES, min_column_width
 from planner.hashing import plan_hash_of
 from planner.plan_model import Plan, TablePlan
 from planner.problem import TableInfo, build_problem
@@ -61,9 +61,6 @@ class CheckReport:
     @property
     def ok(self) -> bool:
         return not self.errors
-
-# Types that split a table by columns (each chunk held to min_column_shard_width).
-_COLUMN_SPLITS = (ShardingType.COLUMN_WISE, ShardingType.TABLE_COLUMN_WISE, ShardingType.GRID)
 
 
 def _close(a: float, b: float) -> bool:
@@ -127,9 +124,9 @@ def _structure(tp: TablePlan, t: TableInfo, w: int, g: int, errs: list[str]) -> 
         problem = "data_parallel needs one whole replica on every GPU"
     elif kind is ShardingType.DATA_PARALLEL and tp.tier is not Tier.HBM:
         problem = "data_parallel replicas live in HBM (the cost model has no tiered replica)"
-    if problem is None and kind in _COLUMN_SPLITS:
+    if problem is None and kind in COLUMN_SPLIT_TYPES:
         # The request's minimum chunk width, or its documented default (TorchRec's).
-        min_w = t.constraints.min_column_shard_width or DEFAULT_MIN_COLUMN_WIDTH
+        min_w = min_column_width(t.constraints)
         narrow = min(p.col_count for p in ps)
         if narrow < min_w:
             problem = (f"a column chunk of {narrow} columns is narrower than "

@@ -2,7 +2,6 @@
 fixture's name) and failing with one stderr line and an exit code."""
 
 import codecs
-import json
 import sys
 from pathlib import Path
 from typing import Any, NoReturn
@@ -11,7 +10,7 @@ import typer
 from rich.console import Console
 
 from planner.errors import BadInputError
-from planner.validation import json_limit_message
+from planner.validation import parse_json
 
 
 def read_input(path: str, what: str) -> str:
@@ -50,12 +49,7 @@ def decode_text(data: bytes, what: str) -> str:
 
 
 def load_json(text: str, what: str, want_object: bool = True) -> Any:
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise BadInputError(what, f"not valid JSON: {exc}") from None
-    except (ValueError, RecursionError) as exc:  # json's own limits (validation.py)
-        raise BadInputError(what, json_limit_message(exc)) from None
+    value = parse_json(text, what)
     if want_object and not isinstance(value, dict):
         raise BadInputError(what, "expected a JSON object")
     return value

@@ -32,8 +32,8 @@ from cost_models import (
     step_time,
 )
 from planner.candidates import (
+    COLUMN_SPLIT_TYPES,
     DATA_PARALLEL_MAX_HBM_SHARE,
-    DEFAULT_MIN_COLUMN_WIDTH,
     HBM_CACHE_RATIOS,
     SLOW_TIER_PRESSURE,
     SSD_CACHE_RATIOS,
@@ -42,6 +42,7 @@ from planner.candidates import (
     candidate_of_pieces,
     column_splits,
     enumerate_candidates,
+    min_column_width,
 )
 from planner.errors import BadInputError
 from planner.estimators import table_prices
@@ -52,7 +53,6 @@ from planner.spec import TableConstraints
 
 # Relative differences below this are ties (float sums taken in a different order).
 _TIE = 1e-9
-_COLUMN_SPLIT = (ShardingType.COLUMN_WISE, ShardingType.TABLE_COLUMN_WISE, ShardingType.GRID)
 _QUANTIZED = (CommPrecision.FP8, CommPrecision.INT8)
 
 # ---------------------------------------------------------------------------------------------
@@ -368,7 +368,7 @@ def _why_not(problem: Problem, t: TableInfo, c: Candidate, slow: bool,
         return "constraint: sharding_types " + ", ".join(s.value for s in cons.sharding_types)
     if cons.memory_tiers and c.tier not in cons.memory_tiers:
         return "constraint: memory_tiers " + ", ".join(s.value for s in cons.memory_tiers)
-    if c.kind in _COLUMN_SPLIT and cons.min_column_shard_width:
+    if c.kind in COLUMN_SPLIT_TYPES and cons.min_column_shard_width:
         width = int(c.groups[0].geometry[0, 3])
         if width < cons.min_column_shard_width:
             return f"constraint: min_column_shard_width {cons.min_column_shard_width}"
@@ -559,9 +559,9 @@ def _bounds(problem: Problem, t: TableInfo, tp: TablePlan, chosen: Candidate,
             out.append(f"{o.why_not} (e.g. {o.label}, {_ms(chosen.work - o.work_s)} less "
                        "GPU time than the choice)")
     # The grid of column splits and cache ratios.
-    if tp.sharding_type in _COLUMN_SPLIT:
+    if tp.sharding_type in COLUMN_SPLIT_TYPES:
         width = tp.pieces[0].col_count
-        min_w = cons.min_column_shard_width or DEFAULT_MIN_COLUMN_WIDTH
+        min_w = min_column_width(cons)
         k = t.geom.dim // width
         edge = not any(x > k for x in column_splits(t.geom.dim, min_w, t.geom.dim))
         out.append(f"grid: column splits into equal chunks at least {min_w} columns wide and "
@@ -592,7 +592,7 @@ def semantic_warnings(problem: Problem, t: TableInfo, kind: ShardingType) -> lis
     """Where the chosen sharding changes what training computes, not only how fast."""
     out = []
     m = problem.model
-    if kind in _COLUMN_SPLIT and t.geom.optimizer is Optimizer.ROWWISE_ADAGRAD:
+    if kind in COLUMN_SPLIT_TYPES and t.geom.optimizer is Optimizer.ROWWISE_ADAGRAD:
         out.append(f"{kind.value} with rowwise_adagrad: each column chunk keeps its own per-row "
                    "state from its own columns' gradients, so the update differs from the "
                    "unsharded table's (one state per whole row)")

@@ -26,11 +26,12 @@ from pydantic import BaseModel, ConfigDict
 
 from cost_models import ShardingType
 from planner.candidates import (
-    DEFAULT_MIN_COLUMN_WIDTH,
+    COLUMN_SPLIT_TYPES,
     Candidate,
     Scope,
     enumerate_candidates,
     least_bytes,
+    min_column_width,
     why_no_shape,
 )
 from planner.errors import InfeasibleError
@@ -38,8 +39,6 @@ from planner.problem import Problem, TableInfo
 
 CertificateKind = Literal["step-buffers", "no-allowed-shape", "table", "pinned-set", "cluster",
                           "cp-sat"]
-# The types that split a table by columns (candidates held to a minimum chunk width).
-_COLUMN_SPLITS = {ShardingType.COLUMN_WISE, ShardingType.TABLE_COLUMN_WISE, ShardingType.GRID}
 
 
 class InfeasibilityCertificate(BaseModel):
@@ -105,9 +104,9 @@ def _width_note(t: TableInfo) -> str:
     """The minimum chunk width the candidates were held to, where the table may be split by
     columns (a narrower one, where the request allows it, needs less per GPU)."""
     c = t.constraints
-    if not (set(c.sharding_types or list(ShardingType)) & _COLUMN_SPLITS):
+    if not (set(c.sharding_types or list(ShardingType)) & COLUMN_SPLIT_TYPES):
         return ""
-    min_w = c.min_column_shard_width or DEFAULT_MIN_COLUMN_WIDTH
+    min_w = min_column_width(c)
     return (f"; column chunks no narrower than {min_w} columns (min_column_shard_width"
             f"{'' if c.min_column_shard_width else ', default'} {min_w})")
 

@@ -106,22 +106,24 @@ def _looks_like(raw: dict[str, Any]) -> str | None:
 
 def parse_json_model(model: type[M], text: str | bytes, what: str) -> M:
     """Parse JSON text into `model`, raising BadInputError instead of a traceback."""
+    return validate_model(model, parse_json(text, what))
+
+
+def parse_json(text: str | bytes, what: str) -> Any:
+    """JSON text as Python values, raising BadInputError (naming `what`) instead of a
+    traceback: bad syntax, bad bytes, and what Python's json refuses past the syntax (an
+    integer of more than 4,300 digits, arrays and objects nested deeper than it
+    recurses)."""
     try:
-        raw = json.loads(text)
+        return json.loads(text)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise BadInputError(what, f"not valid JSON: {exc}") from None
-    except (ValueError, RecursionError) as exc:
-        raise BadInputError(what, json_limit_message(exc)) from None
-    return validate_model(model, raw)
-
-
-def json_limit_message(exc: ValueError | RecursionError) -> str:
-    """What a JSON text that Python's json refuses past the syntax says: an integer of more
-    digits than Python converts (4,300), or arrays and objects nested deeper than it
-    recurses."""
-    if isinstance(exc, RecursionError):
-        return "not valid JSON here: arrays or objects nested too deeply"
-    return f"not valid JSON here: {exc}".split("; use sys.set_int_max_str_digits")[0]
+    except RecursionError:
+        raise BadInputError(what, "not valid JSON here: arrays or objects nested too "
+                                  "deeply") from None
+    except ValueError as exc:
+        raise BadInputError(what, f"not valid JSON here: {exc}".split(
+            "; use sys.set_int_max_str_digits")[0]) from None
 
 
 def validate_model(model: type[M], raw: Any) -> M:

@@ -458,7 +458,7 @@ def steps_of(cfg: BenchConfig) -> int:
     host = sum(len(cfg.host_cache_ratios) if t in (Tier.HBM_CACHE, Tier.SSD) else 1
                for t in cfg.host_tiers) * len(cfg.host_rows) * len(cfg.host_dims) \
         * len(cfg.host_poolings) * len(cfg.host_batches)
-    overlap = cfg.overlap_plans * cfg.executed_reps if cfg.compute_ranks >= 2 else 0
+    overlap = 2 * cfg.overlap_plans * cfg.executed_reps if cfg.compute_ranks >= 2 else 0
     return host + plans * cfg.executed_reps + overlap + len(cfg.world_sizes)
 
 

@@ -17,12 +17,15 @@ bags of 1 to 80 ids, every optimizer); none is a plan benchmarks/fidelity scores
 """
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cost_models.traffic import piece_traffic
 from cost_models.types import Optimizer
 from planner.plan_model import Plan
 from planner.presets import preset_dict
+
+if TYPE_CHECKING:
+    from planner.executor.run import ExecutionReport
 
 # (pieces on the rank, rows, dim, pooling, optimizer): rank r of calibration plan i holds
 # SHAPES[(i * ranks + r) % len(SHAPES)], one table per piece, table-wise in HBM.
@@ -52,8 +55,6 @@ BATCHES = (128, 128, 32, 256, 64, 48, 96, 160)
 CUDA_BATCH_SCALE = 64
 # Steps of each execution: measured (memory probe on, not timed), then timed.
 STEPS, TIMED_STEPS, WARMUP_STEPS = 2, 9, 2
-# Calibration plans run both in turn and pipelined for pipeline_overlap (bench_overlap).
-OVERLAP_PLANS = 4
 
 
 def plans_needed(ranks: int, plans: int | None = None) -> int:
@@ -150,24 +151,12 @@ def bench_executed(ranks: int, device: str, preset: str, reps: int,
     summed (`launches` pieces; `parts` each piece's shape and bytes, for the device-cache
     split), its seconds the executor's measured phase. `plans`: how many (default: every
     shape once)."""
-    from planner.executor.job import RunOptions
-    from planner.executor.run import ExecutionReport, execute
-
     lookup, backward = [], []
-    opts = RunOptions(steps=STEPS, timed_steps=TIMED_STEPS, warmup_steps=WARMUP_STEPS,
-                      device=device, keep_outputs=False, collective_timeout_s=120)
     hardware = preset_dict(preset)
     scale = CUDA_BATCH_SCALE if device == "cuda" else 1
     planned = [calibration_plan(i, ranks, hardware, scale)
                for i in range(plans_needed(ranks, plans))]
-    # In rounds, every plan once a round: a slow spell of a shared machine (minutes long)
-    # falls on every plan alike, not on one plan's every execution. A rank that fails
-    # raises here (launch.py), as `planner execute` reports it.
-    runs: list[list[ExecutionReport]] = [[] for _ in planned]
-    for _ in range(reps):
-        for i, p in enumerate(planned):
-            runs[i].append(execute(p, opts, reference=False, timeout_s=600))
-            tick()
+    runs = _in_rounds(planned, device, reps, tick)
     for i, p in enumerate(planned):
         measured = [{ph: v["measured"] for ph, v in row["phases"].items()}
                     for row in _measured(p, runs[i], device)]
@@ -177,7 +166,26 @@ def bench_executed(ranks: int, device: str, preset: str, reps: int,
     return lookup, backward
 
 
-def _measured(plan: Plan, runs: list[Any], device: str) -> list[dict[str, Any]]:
+def _in_rounds(planned: list[Plan], device: str, reps: int, tick: Callable[[], None]
+               ) -> "list[list[ExecutionReport]]":
+    """Each plan executed `reps` times (its ExecutionReports), in rounds, every plan once a
+    round: a slow spell of a shared machine (minutes long) falls on every plan alike, not on
+    one plan's every execution. A rank that fails raises here (launch.py), as `planner
+    execute` reports it. `tick` after each execution."""
+    from planner.executor.job import RunOptions
+    from planner.executor.run import execute
+
+    opts = RunOptions(steps=STEPS, timed_steps=TIMED_STEPS, warmup_steps=WARMUP_STEPS,
+                      device=device, keep_outputs=False, collective_timeout_s=120)
+    runs: list[list[ExecutionReport]] = [[] for _ in planned]
+    for _ in range(reps):
+        for i, p in enumerate(planned):
+            runs[i].append(execute(p, opts, reference=False, timeout_s=600))
+            tick()
+    return runs
+
+
+def _measured(plan: Plan, runs: "list[ExecutionReport]", device: str) -> list[dict[str, Any]]:
     """Per rank (in rank order), `planner execute --compare`'s row of `plan` over its
     executions `runs` (each phase the median over them)."""
     from planner.executor.compare import compare
@@ -188,33 +196,24 @@ def _measured(plan: Plan, runs: list[Any], device: str) -> list[dict[str, Any]]:
 
 
 def bench_overlap(ranks: int, device: str, preset: str, reps: int, tick: Callable[[], None],
-                  plans: int = OVERLAP_PLANS) -> list[dict[str, Any]]:
+                  plans: int) -> list[dict[str, Any]]:
     """Points for pipeline_overlap: the first `plans` calibration plans, each run in turn
     and pipelined (the executor's input lane: the next batch's input all-to-all beside the
     step), `reps` times each in rounds. Per rank: its sequential step (every phase), its
     pipelined step (as compare measures it: the phases but the lane's input all-to-all,
     plus the wait for the lane) and its sequential input all-to-all; the share of that
     input the pipelined step saved is (sequential - pipelined) / input."""
-    from planner.executor.job import RunOptions
-    from planner.executor.run import ExecutionReport, execute
-
-    opts = RunOptions(steps=STEPS, timed_steps=TIMED_STEPS, warmup_steps=WARMUP_STEPS,
-                      device=device, keep_outputs=False, collective_timeout_s=120)
     hardware = preset_dict(preset)
     scale = CUDA_BATCH_SCALE if device == "cuda" else 1
-    pairs = [(calibration_plan(i, ranks, hardware, scale),
-              calibration_plan(i, ranks, hardware, scale, pipelined=True))
-             for i in range(plans)]
-    runs: list[tuple[list[ExecutionReport], list[ExecutionReport]]] = [([], []) for _ in pairs]
-    for _ in range(reps):  # in rounds, as bench_executed
-        for (seq, pipe), (seq_runs, pipe_runs) in zip(pairs, runs, strict=True):
-            seq_runs.append(execute(seq, opts, reference=False, timeout_s=600))
-            pipe_runs.append(execute(pipe, opts, reference=False, timeout_s=600))
-            tick()
+    # Each plan in turn, then pipelined, in every round.
+    planned = [calibration_plan(i // 2, ranks, hardware, scale, pipelined=bool(i % 2))
+               for i in range(2 * plans)]
+    runs = _in_rounds(planned, device, reps, tick)
     points = []
-    for i, ((seq, pipe), (seq_runs, pipe_runs)) in enumerate(zip(pairs, runs, strict=True)):
-        for s_row, p_row in zip(_measured(seq, seq_runs, device),
-                                _measured(pipe, pipe_runs, device), strict=True):
+    for i in range(plans):
+        seq, pipe = 2 * i, 2 * i + 1
+        for s_row, p_row in zip(_measured(planned[seq], runs[seq], device),
+                                _measured(planned[pipe], runs[pipe], device), strict=True):
             points.append({"plan": i, "rank": s_row["rank"],
                            "sequential_s": s_row["measured_total"],
                            "pipelined_s": p_row["measured_total"],
