@@ -444,7 +444,7 @@ def markdown(body: dict[str, Any]) -> str:
                       "not the one predicted, so the errors only say how far apart the two "
                       "machines are; the rankings are the test.", ""]
         for clock, how in (("wall", "collectives in wall time after a barrier"),
-                           ("cpu", "collectives in the rank process's CPU time")):
+                           ("cpu", "collectives in their threads' CPU time")):
             lines += [f"### {how}", ""]
             for i, run in enumerate(sec["runs"]):
                 for key, which in (("summary", "plans"),

@@ -95,9 +95,9 @@ def register(app: typer.Typer) -> None:
                               "wall time after a barrier; medians over the steps), the "
                               "errors, Spearman over ranks and the slowest rank")] = False,
         collective_clock: Annotated[Clock, typer.Option(
-            help="with --compare, collectives in wall time after a barrier, or in the rank "
-                 "process's CPU time (gloo's threads included: steadier on a shared "
-                 "machine)")] = Clock.wall,
+            help="with --compare, collectives in wall time after a barrier, or in the CPU "
+                 "time of the threads doing them (the caller and its process group's gloo "
+                 "threads: steadier on a shared machine)")] = Clock.wall,
         kernels: Annotated[Kernels, typer.Option(
             help="the ranks' embedding kernels: torch (embedding_bag), fbgemm (FBGEMM's "
                  "table-batched embedding with its fused optimizer for the hbm pieces it "

@@ -16,7 +16,7 @@ import os
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +26,7 @@ import torch.distributed as dist
 
 from cost_models.types import CommPrecision
 from planner.executor import quant
+from planner.executor.thread_clock import GroupClock
 
 # Longest wait for gloo's worker thread to let go of a finished collective's buffers.
 SETTLE_S = 2.0
@@ -74,6 +75,9 @@ class Comm:
     # The process group its collectives run on (None: the default one). A pipelined rank's
     # input lane has its own, so that its all-to-alls never interleave with the step's.
     group: "dist.ProcessGroup | None" = None
+    # The CPU clock of its collectives' work: the calling thread and the group's threads
+    # where they are known (thread_clock.py), else the whole process's.
+    clock: GroupClock = field(default_factory=lambda: GroupClock(None))
 
     def reset(self) -> None:
         self.counts.clear()
@@ -93,7 +97,7 @@ class Comm:
                 except RuntimeError as exc:
                     raise CollectiveError(f"barrier before '{name}' at step {self.step}: "
                                           f"{exc}") from exc
-        with t.collective():
+        with t.collective(self.clock):
             yield
 
     def _guard(self, phase: str) -> None:
@@ -248,9 +252,11 @@ class PhaseTime:
     on a shared machine, as long as the rank runs one thread (worker.py sets
     torch.set_num_threads(1)). `coll_wall` is the wall time inside the phase's collectives,
     each started after an untimed barrier, so that it holds the transfer and not the wait
-    for a slower peer; `coll_cpu` the thread's CPU time inside them; `coll_proc_cpu` the whole
-    process's (gloo's worker threads do the transfer: on loopback, user and kernel CPU time
-    of the copies and system calls, without the wait for peers to be scheduled)."""
+    for a slower peer; `coll_cpu` the thread's CPU time inside them; `coll_proc_cpu` the CPU
+    time of the threads doing them: the calling thread and its process group's (gloo's
+    worker threads do the transfer: on loopback, user and kernel CPU time of the copies and
+    system calls, without the wait for peers to be scheduled), not a pipelined rank's other
+    lane; the whole process's where threads cannot be told apart (thread_clock.py)."""
 
     cpu: float = 0.0
     wall: float = 0.0  # the whole phase, nested spans included
@@ -295,8 +301,10 @@ class Timer:
     def __call__(self, phase: str) -> "_Span":
         return _Span(self, phase, "phase")
 
-    def collective(self) -> "_Span":
-        return _Span(self, "", "collective")
+    def collective(self, clock: Callable[[], float] = time.process_time) -> "_Span":
+        """A collective's span; `clock` reads the CPU time of the threads doing its work
+        (coll_proc_cpu)."""
+        return _Span(self, "", "collective", clock)
 
     def excluded(self) -> "_Span":
         return _Span(self, "", "excluded")
@@ -326,12 +334,13 @@ class Timer:
 
 
 class _Span:
-    def __init__(self, timer: Timer, name: str, kind: str) -> None:
-        self.timer, self.name, self.kind = timer, name, kind
+    def __init__(self, timer: Timer, name: str, kind: str,
+                 clock: Callable[[], float] = time.process_time) -> None:
+        self.timer, self.name, self.kind, self.clock = timer, name, kind, clock
 
     def __enter__(self) -> None:
         self.timer._stack.append(_Frame(self.name, self.kind, time.perf_counter(),
-                                        time.thread_time(), time.process_time()))
+                                        time.thread_time(), self.clock()))
 
     def __exit__(self, *exc: object) -> None:
         if self.timer.stream is not None:
@@ -340,4 +349,4 @@ class _Span:
             torch.cuda.synchronize(self.timer.device)
         f = self.timer._stack.pop()
         self.timer._close(f, time.perf_counter() - f.wall0, time.thread_time() - f.cpu0,
-                          time.process_time() - f.proc0)
+                          self.clock() - f.proc0)

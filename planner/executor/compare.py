@@ -8,8 +8,9 @@ for collectives, COLLECTIVE_QUANTILE):
   rank's load on a shared machine does not count as this rank's work;
 - collective phases (input_a2a, output_a2a_fwd, output_a2a_bwd, allreduce): the wall time
   inside the collectives, each started after an untimed barrier (the exchange, not the wait
-  for a slower peer); or, with collective_clock="cpu", the rank process's CPU time inside
-  them (gloo's threads included), which the machine's other load does not stretch. The
+  for a slower peer); or, with collective_clock="cpu", the CPU time of the threads doing
+  them (the caller and its process group's gloo threads, thread_clock.py), which the
+  machine's other load does not stretch. The
   packing around them (routing ids, encoding, folding partial sums) and the loss are not in
   the cost model: reported as `unmodelled`, not compared.
 
@@ -48,8 +49,8 @@ _MAPPED_TERMS = {"lookup_s", "backward_s", "cache_miss_s", "input_a2a_s", "outpu
 TIE_REL = 1e-9
 
 
-# How a collective phase is measured: "wall" (after a barrier) or "cpu" (the rank process's
-# CPU time inside the collective, gloo's threads included: the exchange's own work, which
+# How a collective phase is measured: "wall" (after a barrier) or "cpu" (the CPU time of the
+# threads doing the collective, its group's gloo threads included: the exchange's own work, which
 # other processes' load does not stretch; on a shared machine the steadier of the two).
 COLLECTIVE_CLOCKS = {"wall": "coll_wall", "cpu": "coll_proc_cpu"}
 

@@ -52,7 +52,7 @@ def render_compare(rep: ExecutionReport, out: Console, cpu_clock: bool = False) 
               if any(ph in r["phases"] for r in c["ranks"])]
     t = Table(title="seconds per step: predicted / measured (error = predicted/measured - 1); "
                     "compute: the rank's CPU time, collectives: "
-                    f"{'the process CPU time' if cpu_clock else 'wall after a barrier'}, "
+                    f"{'their threads CPU time' if cpu_clock else 'wall after a barrier'}, "
                     "medians over the steps")
     t.add_column("rank", justify="right")
     for ph in phases:

@@ -110,7 +110,7 @@ class ExecutionReport:
     errors: dict[str, dict[str, float]] = field(default_factory=dict)
     warmup_steps: int = 0  # forward-only steps before the measured ones (caches warmed)
     # Seconds per rank and phase, predicted beside measured (compare.compare): collectives
-    # in wall time after a barrier; in compare_cpu, in the rank process's CPU time.
+    # in wall time after a barrier; in compare_cpu, in their threads' CPU time (comm.py).
     compare: dict[str, Any] = field(default_factory=dict)
     compare_cpu: dict[str, Any] = field(default_factory=dict)
     # The ranks' embedding kernels ("torch" or "fbgemm", RunOptions.kernels resolved), and
@@ -260,6 +260,9 @@ def _compare_model(rep: ExecutionReport, run: Plan, lay: ExecLayout,
             # Pipelined plans: whether the memory probe's steps ran their inputs on the lane
             # (CUDA) or in turn (CPU: the profiler sees no other thread's allocations).
             "pipelined_measured_steps": m.get("pipelined_measured_steps", False),
+            # What the collectives' coll_proc_cpu holds: "group threads" (the caller and its
+            # process group's threads) or "process" (thread_clock.py).
+            "collective_cpu_clock": m.get("collective_cpu_clock"),
         })
     rep.checks.append(Check("bytes: input all-to-all, bag lengths, per rank", not len_bad,
                             f"differ on ranks {len_bad}" if len_bad else "equal on every rank"))

@@ -49,6 +49,7 @@ def run(run_dir: Path, rank: int, world: int, local_rank: int) -> dict:
     from planner.executor.job import heartbeat_file, read_job, tensors_file
     from planner.executor.layout import exec_layout
     from planner.executor.rank import RankExecutor
+    from planner.executor.thread_clock import GroupClock, threads_made_by
 
     plan, opts = read_job(run_dir)
     if opts.mutants:
@@ -71,14 +72,19 @@ def run(run_dir: Path, rank: int, world: int, local_rank: int) -> dict:
     hb.mark(-1, "init")
     if opts.device != "cuda":
         pin_rank(local_rank, world)  # before init: gloo's threads too
-    dist.init_process_group(backend, rank=rank, world_size=world,
-                            timeout=datetime.timedelta(seconds=opts.collective_timeout_s))
+    # Each group's threads, so that a collective's CPU time is its own group's work
+    # (thread_clock.py): a pipelined rank runs two groups' collectives at once.
+    _, default_threads = threads_made_by(lambda: dist.init_process_group(
+        backend, rank=rank, world_size=world,
+        timeout=datetime.timedelta(seconds=opts.collective_timeout_s)))
     ex = None
     try:
-        comm = Comm(rank, world, device, hb)
+        comm = Comm(rank, world, device, hb, clock=GroupClock(default_threads))
         # Pipelined: the next step's input all-to-all on a group of its own (input_lane.py).
-        lane = (Comm(rank, world, device, hb, group=dist.new_group(backend=backend))
-                if lay.pipelined else None)
+        lane = None
+        if lay.pipelined:
+            group, lane_threads = threads_made_by(lambda: dist.new_group(backend=backend))
+            lane = Comm(rank, world, device, hb, group=group, clock=GroupClock(lane_threads))
         ex = RankExecutor(lay, rank, device, comm, opts, run_dir, lane_comm=lane)
         # Each block of steps (warm-up, measured, timed) prefetches inside itself only, so
         # that its counters and timings hold its own steps' inputs.
@@ -106,6 +112,10 @@ def run(run_dir: Path, rank: int, world: int, local_rank: int) -> dict:
         result = _measurements(ex, opts.steps, device)
         result["peak_memory"] = peak
         result["pipelined_measured_steps"] = lane_measured
+        # What coll_proc_cpu holds: its group's threads' CPU time, or the process's.
+        clocks = [comm.clock, *([lane.clock] if lane is not None else [])]
+        result["collective_cpu_clock"] = ("group threads" if all(c.per_thread for c in clocks)
+                                          else "process")
         result["software"] = _software(device)
         if opts.keep_outputs:  # the weights the reference checks: before the timed steps
             kept = {k: torch.from_numpy(v) for k, v in outputs.items()}

@@ -16,6 +16,7 @@ from planner.executor.compare import measured_phases  # noqa: E402
 from planner.executor.demo import small_plan  # noqa: E402
 from planner.executor.job import RunOptions  # noqa: E402
 from planner.executor.run import execute  # noqa: E402
+from planner.executor.thread_clock import thread_ids  # noqa: E402
 from tests.executor.test_executor_sequence import HARDWARE, TABLES, B  # noqa: E402
 
 OPTS = RunOptions(steps=4, warmup_steps=2, timed_steps=5, collective_timeout_s=60)
@@ -62,6 +63,19 @@ def test_input_runs_on_the_lane(runs):
             assert "input_wait" in s
     for r in seq.ranks:
         assert all(not s["input_a2a"]["lane"] and "input_wait" not in s for s in r["timing"])
+
+
+def test_collectives_cpu_is_their_own_groups(runs):
+    """Where Linux lists threads, each collective's CPU time is its caller's and its group's
+    threads' (the lane's all-to-all and the step's run at once on two groups)."""
+    pip, _ = runs[True]
+    per_thread = thread_ids() is not None
+    for r in pip.ranks:
+        assert r["collective_cpu_clock"] == ("group threads" if per_thread else "process")
+        for s in r["timing"]:
+            for t in s.values():
+                if t["calls"]:
+                    assert t["coll_proc_cpu"] >= t["coll_cpu"] - 1e-6
 
 
 def test_compare_times_the_step_as_it_ran(runs):
