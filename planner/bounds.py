@@ -27,6 +27,9 @@ other hosts, traded against what its host can hold.
 The host bound (planner/host_bound.py) sums each host's GPUs with the owner side, the
 heaviest table's groups placed branch by branch: hosts that one large table fills must
 receive the other tables' vectors, a wait no spreading of work removes.
+The replica bound (planner/replica_bound.py) charges the replicas every GPU holds to the GPU
+of each large piece: a table may keep a piece nearly as large as the makespan only where few
+replicas are chosen, and the work of choosing fewer is counted.
 None of this reads the plan the partitioner chose.
 """
 
@@ -45,6 +48,7 @@ from planner.relaxation import (
     memory_matrix,
     solve_relaxation,
 )
+from planner.replica_bound import replica_bound
 
 
 @dataclass(frozen=True)
@@ -62,6 +66,10 @@ class LowerBound:
     # Each host's GPUs with the owner side, one table's groups placed (planner/host_bound.py;
     # 0 where not computed or not above the other bounds: one host, too large an LP).
     host_s: float = 0.0
+    # Every large piece's GPU with the replicas beside it (planner/replica_bound.py; 0 where
+    # not computed or not above the other bounds: pipelined, no replicas, too many
+    # candidates).
+    replica_s: float = 0.0
 
     def with_solver(self, solver_s: float) -> "LowerBound":
         """Adopt the solver's bound where it is tighter (it is valid over the same space)."""
@@ -209,8 +217,9 @@ def lower_bound(problem: Problem, cands: list[list[Candidate]]) -> LowerBound:
     owner = owner_bound(problem, cands)  # counts the fixed latency itself
     known = max(average, largest, balanced, pinned, owner)
     host = host_bound(problem, cands, known).value_s  # counts the fixed latency itself
+    replica = replica_bound(problem, cands, max(known, host))  # counts it too
     return LowerBound(
-        value_s=max(known, host),
+        value_s=max(known, host, replica),
         average_s=average,
         largest_piece_s=largest,
         balanced_s=max(balanced, pinned),
@@ -219,4 +228,5 @@ def lower_bound(problem: Problem, cands: list[list[Candidate]]) -> LowerBound:
         pinned_s=pinned,
         owner_s=owner,
         host_s=host,
+        replica_s=replica,
     )
