@@ -170,7 +170,8 @@ def _fitting_ratios(problem: Problem, t: TableInfo, tiers: list[tuple[Tier, floa
                     ) -> list[tuple[Tier, float]]:
     """Beyond the grid: the largest cache ratio (in hundredths) whose whole-table cache still
     fits one GPU's HBM (hbm_cache) or one host's DDR (ssd), when it lies above the grid's
-    largest; a layout with it can be several times faster than the grid's best."""
+    largest (a layout with it can be several times faster than the grid's best), or, at two
+    significant digits, below its smallest (the only cache that fits)."""
     hw, rows, dim = problem.hw, t.geom.rows, t.geom.dim
     out: list[tuple[Tier, float]] = []
     if t.constraints.cache_load_factor:  # the user's ratio, no other
@@ -184,10 +185,37 @@ def _fitting_ratios(problem: Problem, t: TableInfo, tiers: list[tuple[Tier, floa
             continue
         full = piece_memory(t.geom, tier, 1.0, rows, dim, hw)
         per_all = full.hbm if tier is Tier.HBM_CACHE else full.ddr
-        ratio = min(1.0, math.floor(100 * cap / max(per_all, 1)) / 100)
+        exact = cap / max(per_all, 1)
+        ratio = min(1.0, math.floor(100 * exact) / 100)
         if ratio > grid[-1]:
             out.append((tier, ratio))
+        elif exact < grid[0]:
+            # Below the grid's smallest, where no ratio of the grid fits one GPU or host: the
+            # largest that does (else a request whose tier is forced is "infeasible" though
+            # a smaller cache holds it).
+            small = _largest_fitting_ratio(problem, t, tier, min(grid[0], exact))
+            if small is not None:
+                out.append((tier, small))
     return out
+
+
+def _largest_fitting_ratio(problem: Problem, t: TableInfo, tier: Tier, start: float
+                           ) -> float | None:
+    """The largest cache ratio at or below `start`, at two significant digits, whose
+    whole-table piece (its cache, the step buffers its slots size, and for ssd the policy
+    state of every row) fits one GPU's HBM and one host's DDR; None below 1e-6."""
+    hw, rows, dim = problem.hw, t.geom.rows, t.geom.dim
+    r = start
+    while r >= 1e-6:
+        scale = 10.0 ** (1 - math.floor(math.log10(r)))
+        r = math.floor(r * scale) / scale
+        m = piece_memory(t.geom, tier, r, rows, dim, hw)
+        buf = placed_piece_buffers(t.geom, ShardingType.TABLE_WISE, tier, r, rows, dim, hw,
+                                   problem.model).total
+        if m.hbm + buf <= hw.hbm_cap and m.ddr <= hw.ddr_cap:
+            return r
+        r *= 0.9
+    return None
 
 
 # What the cost model reads of a piece's sharding type: whether it is a data-parallel replica
@@ -550,7 +578,10 @@ def _shapes(problem: Problem, t: TableInfo) -> list[Shape]:
     if ShardingType.TABLE_WISE in allowed:
         out.append((ShardingType.TABLE_WISE, Scope.GPU, [_one(0, rows, 0, dim)]))
     if ShardingType.COLUMN_WISE in allowed:
-        for k in column_splits(dim, min_w, w):
+        # Up to the finest equal split, more chunks than GPUs included (several on one GPU,
+        # as the checker and TorchRec's column-wise sharding allow): with fewer, a split
+        # the checker accepts could fit or beat every plan of the grid.
+        for k in column_splits(dim, min_w, dim):
             chunks = even_split(dim, k)
             out.append((ShardingType.COLUMN_WISE, Scope.GPU,
                         [_one(0, rows, c0, cn) for c0, cn in chunks]))
@@ -590,19 +621,15 @@ def _degenerate(problem: Problem, t: TableInfo, allowed: set[ShardingType]) -> l
     """Where `_shapes`' grid leaves a table nothing, the shapes of its allowed types that the
     grid leaves out by choice, not by their definition (planner/check.py's), so that no
     request is answered "infeasible" for a plan the checker accepts: a replica larger than
-    DATA_PARALLEL_MAX_HBM_SHARE; on one GPU, a replica, one row band or two column chunks;
-    on hosts of one GPU, one band per host and grid's chunks one per GPU; on one host,
-    grid's two column chunks both on it. (Column-wise and table-column-wise need two chunks
+    DATA_PARALLEL_MAX_HBM_SHARE; on one GPU, a replica or one row band; on hosts of one
+    GPU, one band per host and grid's chunks one per GPU; on one host, grid's two column
+    chunks both on it. (Column-wise and table-column-wise need two chunks
     at least as wide as the minimum width: where the dimension has none, no plan has them.)"""
     hw = problem.hw
     g, w = hw.gpus_per_host, hw.world_size
     rows, dim = t.geom.rows, t.geom.dim
     min_w = min_column_width(t.constraints)
     out: list[Shape] = []
-    if ShardingType.COLUMN_WISE in allowed and w == 1:  # both chunks on the one GPU
-        for k in column_splits(dim, min_w, 2):
-            out.append((ShardingType.COLUMN_WISE, Scope.GPU,
-                        [_one(0, rows, c0, cn) for c0, cn in even_split(dim, k)]))
     if ShardingType.ROW_WISE in allowed and w == 1:
         out.append((ShardingType.ROW_WISE, Scope.WORLD, [_row_bands(rows, 1, 0, dim)]))
     if ShardingType.TABLE_ROW_WISE in allowed and g == 1:
@@ -851,10 +878,9 @@ def _pins_allow(scope: Scope, shape: list[np.ndarray], pinned: set[int],
         if (scope is Scope.HOST_FIXED and len(local) == g) or (
                 scope is Scope.HOST_FREE and len(local) >= need):
             hosts_ok += 1
-    if scope is Scope.HOST_FIXED and w // g > 1 and g > 1:
-        return hosts_ok >= len(shape)  # the grid's chunks, one host each
-    # One host, or hosts of one GPU: _degenerate's grid puts its chunks on one host, as the
-    # checker allows (each chunk on all GPUs of a host), so one pinned host holds them.
+    # One pinned host holds every group: grid's chunks may share a host (each chunk on all
+    # GPUs of a host, as the checker allows, and as the placement may put them), so a grid
+    # pinned to one host of several has a plan, as on one host.
     return hosts_ok >= 1
 
 
@@ -881,4 +907,14 @@ def candidate_of_pieces(problem: Problem, t: TableInfo, kind: ShardingType, tier
         groups = [_geo([p for p in pieces if p[2] == c0]) for c0 in bands]
     else:
         groups = [_geo(pieces)]
+    # The scope's placement rules read its groups' sizes (a replica or row band per GPU, a
+    # band per GPU of a host): a layout that breaks them has no candidate (the checker says
+    # what is wrong with it).
+    g, w = problem.hw.gpus_per_host, problem.hw.world_size
+    sizes = [len(grp) for grp in groups]
+    if ((scope is Scope.WORLD and sizes != [w])
+            or (scope is Scope.HOST_FIXED and any(n != g for n in sizes))
+            or (scope is Scope.HOST_FREE and any(n > g for n in sizes))):
+        raise ValueError(f"{len(pieces)} pieces do not make a {kind.value} layout on "
+                         f"{problem.hw.hosts} x {g} GPUs")
     return _build(problem, t, kind, scope, groups, tier, ratio)

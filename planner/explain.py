@@ -431,8 +431,14 @@ def explain_table(plan: Plan, table: str, problem: Problem | None = None,
     notes: list[str] = []
 
     pieces = [(p.row_offset, p.row_count, p.col_offset, p.col_count) for p in tp.pieces]
-    chosen_c = available.get(chosen_key) or candidate_of_pieces(
-        problem, t, tp.sharding_type, tp.tier, tp.cache_ratio, pieces)
+    chosen_c = available.get(chosen_key)
+    if chosen_c is None:
+        try:
+            chosen_c = candidate_of_pieces(problem, t, tp.sharding_type, tp.tier,
+                                           tp.cache_ratio, pieces)
+        except ValueError as exc:  # pieces that break the type's definition
+            raise BadInputError("plan", f"{exc}; `planner check` says what is wrong",
+                                table=t.name) from exc
     in_set = chosen_key in available
     chosen = Option(chosen_c.label, tp.sharding_type.value, tp.tier.value, tp.cache_ratio,
                     chosen_c.work, chosen_c.max_piece, in_set,

@@ -14,7 +14,8 @@ from planner.spec.request import ResolvedRequest
 from planner.spec.table import StrictModel, drop_absent
 
 SCHEMA_VERSION = "1"
-NonNeg = Annotated[int, Field(strict=True, ge=0)]
+# At most 2**62: numpy and CP-SAT read these as 64-bit integers.
+NonNeg = Annotated[int, Field(strict=True, ge=0, le=2**62)]
 
 M = TypeVar("M", bound=BaseModel)
 _new = object.__new__

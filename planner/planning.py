@@ -205,15 +205,19 @@ def evaluate(layout: PlanLayout) -> Plan:
                         tables=layout.tables)
     problem = build_problem(layout.request)
     cands, _ = candidates_for(problem)
-    own = own_candidates(problem, layout)
+    try:
+        own = own_candidates(problem, layout)
+        why = "the layout's tables do not match the request's one for one"
+    except ValueError as exc:  # a table's pieces break its type's definition
+        own, why = None, str(exc)
     if own is not None:
         cands = [[*cs, c] for cs, c in zip(cands, own, strict=True)]
     bound = lower_bound(problem, cands)
     cert = certificate_of(bound, problem,
                           candidates="planner+layout" if own is not None else "planner")
     note = [] if own is not None else [
-        "the layout's tables do not match the request's one for one: its bound covers only "
-        "the planner's candidate space, so the gap may not hold for this layout"]
+        f"{why}: its bound covers only the planner's candidate space, so the gap may not "
+        "hold for this layout"]
     draft = build_plan(layout, problem, bound, "external", "evaluated", note, [],
                        certificate=cert)
     problems = check_plan(draft).errors
@@ -235,6 +239,9 @@ def own_candidates(problem: Problem, layout: PlanLayout) -> list[Candidate] | No
         pieces = [(p.row_offset, p.row_count, p.col_offset, p.col_count) for p in tp.pieces]
         if not pieces:
             return None
-        out.append(candidate_of_pieces(problem, t, tp.sharding_type, tp.tier, tp.cache_ratio,
-                                       pieces))
+        try:
+            out.append(candidate_of_pieces(problem, t, tp.sharding_type, tp.tier,
+                                           tp.cache_ratio, pieces))
+        except ValueError as exc:
+            raise ValueError(f"table '{t.name}': {exc}") from exc
     return out

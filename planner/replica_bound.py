@@ -133,8 +133,8 @@ def _refuted(m: float, fixed: float, gpus: int, work: np.ndarray, maxp: np.ndarr
 
 
 def replica_bound(problem: Problem, cands: list[list[Candidate]], known_s: float) -> float:
-    """The largest makespan found refuted at or above `known_s` (a bound already proven);
-    0 where it refutes nothing there, the step is pipelined, no candidate is world-scope or
+    """The largest makespan found refuted above `known_s` (a bound already proven); 0 where
+    it refutes nothing above it, the step is pipelined, no candidate is world-scope or
     there are more than _MAX_CANDIDATES candidates."""
     if problem.model.pipelined or sum(len(c) for c in cands) > _MAX_CANDIDATES:
         return 0.0
@@ -157,12 +157,11 @@ def replica_bound(problem: Problem, cands: list[list[Candidate]], known_s: float
             hi = trial
             break
         lo, step = trial, step * 2
-    if hi is None:
-        return lo
-    while hi - lo > _REL_TOL * lo:
-        mid = (lo + hi) / 2
-        if refuted(mid):
-            lo = mid
-        else:
-            hi = mid
-    return lo
+    if hi is not None:
+        while hi - lo > _REL_TOL * lo:
+            mid = (lo + hi) / 2
+            if refuted(mid):
+                lo = mid
+            else:
+                hi = mid
+    return lo if lo > known_s else 0.0  # nothing above what was known: not named

@@ -282,6 +282,8 @@ def fit_collectives(m: Measurements) -> FitResult:
 
 # The input format's largest bandwidth (planner/spec/hardware.py GBps), GB/s.
 _MAX_GBPS = 1e6
+# The hardware schema's least bandwidth and efficiency (planner/spec/hardware.py).
+_MIN_GBPS, _MIN_EFFICIENCY = 1e-3, 1e-6
 
 
 def _efficiency(inv_bw: float, peak_gbs: float) -> tuple[float, float] | None:
@@ -293,6 +295,11 @@ def _efficiency(inv_bw: float, peak_gbs: float) -> tuple[float, float] | None:
     eff_gbs = 1e-9 / inv_bw
     if eff_gbs > peak_gbs:
         return eff_gbs, 1.0
+    if eff_gbs / peak_gbs < _MIN_EFFICIENCY:
+        # Below the least efficiency the hardware schema takes: the fitted bandwidth as the
+        # peak (at least the schema's least), or the preset's where even that is past it.
+        peak = max(_MIN_GBPS, eff_gbs)
+        return (peak, eff_gbs / peak) if eff_gbs / peak >= _MIN_EFFICIENCY else None
     return peak_gbs, eff_gbs / peak_gbs
 
 

@@ -23,7 +23,9 @@ from planner.spec.table import StrictModel, drop_absent
 # At least 1 MB/s: every real link is faster, and 1/bandwidth must stay finite (a subnormal
 # bandwidth made every cost inf; found by the service's schemathesis run).
 GBps = Annotated[float, Field(strict=True, ge=1e-3, le=1e6, allow_inf_nan=False)]
-Efficiency = Annotated[float, Field(strict=True, gt=0.0, le=1.0, allow_inf_nan=False)]
+# At least 1e-6 (as `planner calibrate` clamps its fits): a subnormal share overflowed the
+# cost model's sums and divisions into tracebacks.
+Efficiency = Annotated[float, Field(strict=True, ge=1e-6, le=1.0, allow_inf_nan=False)]
 Capacity = Annotated[ByteSize, Field(ge=0)]
 Seconds = Annotated[float, Field(strict=True, ge=0.0, le=1.0, allow_inf_nan=False)]
 # How many times faster a device cache serves reads than the memory behind it.
