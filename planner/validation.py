@@ -45,7 +45,8 @@ def bad_input_from(exc: ValidationError, prefix: str = "", raw: Any = None,
     field = _loc_text(loc) or "(root)"
     if prefix:
         field = f"{prefix}.{field}" if loc else prefix
-    msg = err["msg"]
+    # A validator's own message, without pydantic's "Value error, " before it.
+    msg = err["msg"].removeprefix("Value error, ")
     if err["type"] == "extra_forbidden":
         msg = "unknown field"
         near = _near_field(model, err["loc"]) if model is not None else None

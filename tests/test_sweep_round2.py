@@ -110,3 +110,19 @@ def test_a_rank_past_64_bits_is_refused() -> None:
     body["tables"][0]["pieces"][0]["rank"] = 2**63
     with pytest.raises(ValueError, match="less than or equal"):
         Plan.model_validate(body)
+
+
+@pytest.mark.parametrize(("value", "says"), [
+    (-1, "must be at least 0 bytes"), (float("inf"), "finite"),
+    (4.7000000001e9, "whole number"), (None, "number of bytes or a string"),
+    (True, "number of bytes or a string")])
+def test_byte_fields_say_what_is_wrong(value: Any, says: str) -> None:
+    """Each was "could not parse value and unit from byte string" (and true was 1 byte)."""
+    hw = _hw(1, 2, "4GiB", "1GiB")
+    hw["gpu"]["hbm_capacity_bytes"] = value
+    req = {"model": {"batch_size_per_gpu": 64, "tables": [
+        {"name": "c", "num_embeddings": 1000, "embedding_dim": 32, "pooling_factor": 1.0}]},
+        "hardware": hw}
+    with pytest.raises(BadInputError, match=says) as info:
+        plan(req)
+    assert "hbm_capacity_bytes" in str(info.value) and "Value error" not in str(info.value)

@@ -8,6 +8,7 @@ from fractions import Fraction
 from typing import Annotated, Any
 
 from pydantic import (
+    BeforeValidator,
     ByteSize,
     Field,
     SerializerFunctionWrapHandler,
@@ -26,7 +27,25 @@ GBps = Annotated[float, Field(strict=True, ge=1e-3, le=1e6, allow_inf_nan=False)
 # At least 1e-6 (as `planner calibrate` clamps its fits): a subnormal share overflowed the
 # cost model's sums and divisions into tracebacks.
 Efficiency = Annotated[float, Field(strict=True, ge=1e-6, le=1.0, allow_inf_nan=False)]
-Capacity = Annotated[ByteSize, Field(ge=0)]
+
+
+def _byte_count(v: Any) -> Any:
+    """What ByteSize takes, or a message saying what is wrong (its own for -1, 1e999, 4.7e9+
+    0.1 or null was "could not parse value and unit from byte string")."""
+    if isinstance(v, str):
+        return v
+    if v is None or isinstance(v, bool) or not isinstance(v, int | float):
+        raise ValueError("a number of bytes or a string such as '80GiB' is required")
+    if isinstance(v, float) and not math.isfinite(v):
+        raise ValueError("must be a finite number of bytes")
+    if v < 0:
+        raise ValueError("must be at least 0 bytes")
+    if isinstance(v, float) and not v.is_integer():
+        raise ValueError("must be a whole number of bytes")
+    return v
+
+
+Capacity = Annotated[ByteSize, BeforeValidator(_byte_count), Field(ge=0)]
 Seconds = Annotated[float, Field(strict=True, ge=0.0, le=1.0, allow_inf_nan=False)]
 # How many times faster a device cache serves reads than the memory behind it.
 CacheFactor = Annotated[float, Field(strict=True, ge=1.0, le=1e4, allow_inf_nan=False)]
