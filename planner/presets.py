@@ -113,6 +113,11 @@ def resolve_hardware(hw: HardwareSpec | HardwareRef) -> HardwareSpec:
         return hw
     merged = preset_dict(hw.preset)
     if hw.hosts is not None:
+        over = hw.overrides.get("hosts")
+        if over is not None and over != hw.hosts:
+            # Two host counts: neither silently wins.
+            raise BadInputError("hardware.overrides.hosts",
+                                f"{over!r} contradicts hardware.hosts {hw.hosts}: give one")
         merged["hosts"] = hw.hosts
     merged = _deep_merge(_without_replaced_reservation(merged, hw.overrides), hw.overrides)
     try:

@@ -126,3 +126,11 @@ def test_byte_fields_say_what_is_wrong(value: Any, says: str) -> None:
     with pytest.raises(BadInputError, match=says) as info:
         plan(req)
     assert "hbm_capacity_bytes" in str(info.value) and "Value error" not in str(info.value)
+
+
+def test_two_host_counts_are_refused() -> None:
+    """hosts 1 with overrides.hosts 3 was 3 hosts, silently."""
+    req = {"model": "criteo_kaggle",
+           "hardware": {"preset": "h100", "hosts": 1, "overrides": {"hosts": 3}}}
+    with pytest.raises(BadInputError, match=r"contradicts hardware\.hosts"):
+        plan(req)
