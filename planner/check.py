@@ -182,8 +182,14 @@ def check_plan(plan: Plan, strict: bool = False, proof_budget: float | None = No
                or p.row_count < 1 or p.col_count < 1]
         if bad:
             p = bad[0]
-            errs.append(f"table '{tp.name}': piece on rank {p.rank}, host {p.host} does not "
-                        f"exist in a cluster of {hw.hosts} x {g} GPUs, or is empty")
+            if p.rank >= w:
+                why = f"rank {p.rank} does not exist in a cluster of {hw.hosts} x {g} GPUs"
+            elif p.host != p.rank // g:
+                why = (f"rank {p.rank} is on host {p.rank // g} ({g} GPUs a host), not host "
+                       f"{p.host}")
+            else:
+                why = f"the piece on rank {p.rank} is empty ({p.row_count} x {p.col_count})"
+            errs.append(f"table '{tp.name}': {why}")
             continue
         if c.pinned_ranks and any(p.rank not in c.pinned_ranks for p in tp.pieces):
             errs.append(f"table '{tp.name}': a piece is off its pinned ranks {c.pinned_ranks}")
