@@ -178,6 +178,12 @@ def check_plan(plan: Plan, strict: bool = False, proof_budget: float | None = No
                 and tp.cache_ratio != c.cache_load_factor):
             errs.append(f"table '{tp.name}': cache_ratio {tp.cache_ratio} is not its "
                         f"constraint's cache_load_factor {c.cache_load_factor}")
+        cached = tp.tier in (Tier.HBM_CACHE, Tier.SSD)
+        if cached and tp.cache_ratio is None:
+            errs.append(f"table '{tp.name}': tier {tp.tier.value} needs its cache_ratio")
+        elif not cached and tp.cache_ratio is not None:
+            errs.append(f"table '{tp.name}': cache_ratio {tp.cache_ratio} on tier "
+                        f"{tp.tier.value}, which has no cache")
         bad = [p for p in tp.pieces if p.rank >= w or p.host != p.rank // g
                or p.row_count < 1 or p.col_count < 1]
         if bad:

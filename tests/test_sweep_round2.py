@@ -134,3 +134,19 @@ def test_two_host_counts_are_refused() -> None:
            "hardware": {"preset": "h100", "hosts": 1, "overrides": {"hosts": 3}}}
     with pytest.raises(BadInputError, match=r"contradicts hardware\.hosts"):
         plan(req)
+
+
+def test_a_cache_ratio_must_match_its_tier() -> None:
+    """An hbm piece with a cache ratio, or an hbm_cache piece without one, was accepted."""
+    req = {"model": {"batch_size_per_gpu": 64, "tables": [
+        {"name": "c", "num_embeddings": 1000, "embedding_dim": 32, "pooling_factor": 1.0}]},
+        "hardware": _hw(1, 2, "4GiB", "1GiB")}
+    body = json.loads(plan(req).model_dump_json())
+    layout = {k: body[k] for k in ("schema_version", "request", "tables")}
+    layout["tables"][0]["cache_ratio"] = 0.5
+    scored = evaluate(PlanLayout.model_validate(layout))
+    assert any("which has no cache" in w for w in scored.summary.warnings)
+    layout["tables"][0]["cache_ratio"] = None
+    layout["tables"][0]["tier"] = "hbm_cache"
+    scored = evaluate(PlanLayout.model_validate(layout))
+    assert any("needs its cache_ratio" in w for w in scored.summary.warnings)
