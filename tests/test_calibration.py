@@ -468,3 +468,18 @@ def test_profile_carries_the_overlap_and_a_pipelined_step_at_zero_is_sequential(
     hw1 = {**hw, "constants": {**spec["constants"], "pipeline_overlap": 1.0}}
     hidden = plan({"model": {**model, "pipelined": True}, "hardware": hw1}).summary.step_time_s
     assert hidden < steps[False]
+
+
+def test_shares_past_the_whole_input_determine_nothing() -> None:
+    """Shares of 1.4 to 3.0 (a pipelined step saving more than its whole input all-to-all, as
+    one calibration here measured): clipped they read as a determined 1; the raw interval
+    lies outside what a share can be, so the preset's value is kept."""
+    m = synthetic(0.02, 0.0)
+    m.overlap = [{"sequential_s": s, "pipelined_s": p, "input_s": i} for s, p, i in (
+        (11.04, 6.78, 2.77), (18.11, 14.09, 2.77), (10.87, 5.47, 2.06), (28.58, 22.35, 2.10),
+        (18.98, 12.88, 2.76), (15.0, 10.54, 2.10), (12.0, 6.74, 2.10), (14.0, 8.83, 2.10))]
+    fit = fit_overlap(m.overlap)
+    assert fit is not None and fit["ci95"] == [1.0, 1.0] and fit["ci95_raw"][0] > 1.25
+    spec, prov = build_profile("h100", m, "cpu", "planner calibrate (test)")
+    assert not prov["fits"]["overlap"]["determined"]
+    assert "pipeline_overlap" not in spec["constants"]

@@ -171,7 +171,8 @@ def register(app: typer.Typer) -> None:
             print(f"  {name:26s} {c.get(name, 0.0):.3g} s  ({interval})")
         ov = fits["overlap"]
         print(f"  {'pipeline_overlap':26s} {c.get('pipeline_overlap', 1.0):.3g}    "
-              + (f"(95% {ov['ci95'][0]:.3g} .. {ov['ci95'][1]:.3g}, {ov['points']} ranks"
+              + (f"(shares' 95% {ov['ci95_raw'][0]:.3g} .. {ov['ci95_raw'][1]:.3g}, "
+                 f"{ov['points']} ranks"
                  + ("" if ov["determined"] else f": not determined, {preset}'s kept") + ")"
                  if ov else f"({preset}'s)"))
         for k in ("kernels", "host", "collectives"):

@@ -26,8 +26,12 @@ Three fits, each of the cost model's own form (cost.py, latency.py):
   (executed.bench_overlap), the share of its sequential input all-to-all the pipelined step
   saved, (sequential - pipelined) / input; pipeline_overlap is their median, held to [0, 1]
   (cost.sides_of hides that share of the input all-to-all), with a bootstrap interval. An
-  interval wider than OVERLAP_MAX_INTERVAL determines nothing: the preset's value is kept
-  (on this 2-core machine the shares ran from -4.6 to 3.6 over 8 ranks, interval 0 .. 1).
+  interval wider than OVERLAP_MAX_INTERVAL determines nothing, and neither does one
+  outside [-OVERLAP_SLACK, 1 + OVERLAP_SLACK] (a share a pipelined step cannot have: the
+  two phase sums moved waits between phases): the preset's value is kept (on this 2-core
+  machine the shares ran from -4.6 to 3.6 over 8 ranks, interval 0 .. 1; in another
+  calibration from 1.4 to 3.0, interval 1.9 .. 2.6, which clipped to [0, 1] had read as a
+  determined 1).
 
 Bandwidths become efficiencies of the base preset's peak (hbm_efficiency, nvlink_efficiency);
 where the measured bandwidth exceeds the peak, the peak is raised to it and the efficiency is 1.
@@ -50,8 +54,10 @@ from planner.calibration.bench import Measurements, to_arrays
 from planner.calibration.fit import FitResult, fit_linear
 from planner.presets import preset_dict
 
-# A fitted pipeline_overlap whose 95% interval is wider than this is not written.
+# A fitted pipeline_overlap whose 95% interval is wider than this is not written, nor one
+# whose interval leaves [0, 1] by more than the slack.
 OVERLAP_MAX_INTERVAL = 0.5
+OVERLAP_SLACK = 0.25
 KERNEL_NAMES = ("piece_overhead_s", "update_launch_s", "inv_hbm_bw", "inv_backward_bw",
                 "update_row_s", "backward_id_s", "cache_probe_s", "lookup_id_s",
                 "inv_hbm_cached_bw", "inv_backward_cached_bw", "lookup_start_s",
@@ -314,8 +320,11 @@ def fit_overlap(points: list[dict[str, float]]) -> dict[str, Any] | None:
     lo, hi = np.percentile(boot, [2.5, 97.5])
     raw = float(np.median(shares))
     ci = [min(1.0, max(0.0, float(lo))), min(1.0, max(0.0, float(hi)))]
+    # The raw interval, before clipping, must be narrow and a share a step can have.
+    inside = float(lo) >= -OVERLAP_SLACK and float(hi) <= 1 + OVERLAP_SLACK
     return {"value": min(1.0, max(0.0, raw)), "median_share": raw, "ci95": ci,
-            "determined": ci[1] - ci[0] <= OVERLAP_MAX_INTERVAL,
+            "ci95_raw": [float(lo), float(hi)],
+            "determined": bool(float(hi) - float(lo) <= OVERLAP_MAX_INTERVAL and inside),
             "points": len(shares), "shares": shares.tolist()}
 
 
