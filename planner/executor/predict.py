@@ -111,7 +111,11 @@ def predict(plan: Plan, allocator: Allocator = "cuda"
         # The owner exchanges one block per piece on another GPU (row-split: one per range).
         remote = [sum(p.col_count for p in tp.pieces if p.rank != rp.rank)
                   for tp in plan.tables]
-        owner = owner_buffers(geoms, model, dp, remote) + StepBuffers(ids=host_index)
+        sliced = [sum(p.col_count for p in tp.pieces
+                      if p.rank != rp.rank and p.col_count < geom.dim)
+                  for tp, geom in zip(plan.tables, geoms, strict=True)]
+        owner = (owner_buffers(geoms, model, dp, remote, sliced)
+                 + StepBuffers(ids=host_index))
         rp.step_peak = step_peak(bs, owner)
         terms = sum(bs, owner)
         rp.buffer_terms = {k: getattr(terms, k) for k in (
