@@ -174,11 +174,10 @@ def check_plan(plan: Plan, strict: bool = False, proof_budget: float | None = No
             errs.append(f"table '{tp.name}': sharding type {tp.sharding_type.value} not allowed")
         if c.memory_tiers and tp.tier not in c.memory_tiers:
             errs.append(f"table '{tp.name}': tier {tp.tier.value} not allowed")
-        if (c.cache_load_factor and tp.tier in (Tier.HBM_CACHE, Tier.SSD)
-                and tp.cache_ratio != c.cache_load_factor):
+        cached = tp.tier in (Tier.HBM_CACHE, Tier.SSD)
+        if c.cache_load_factor and cached and tp.cache_ratio != c.cache_load_factor:
             errs.append(f"table '{tp.name}': cache_ratio {tp.cache_ratio} is not its "
                         f"constraint's cache_load_factor {c.cache_load_factor}")
-        cached = tp.tier in (Tier.HBM_CACHE, Tier.SSD)
         if cached and tp.cache_ratio is None:
             errs.append(f"table '{tp.name}': tier {tp.tier.value} needs its cache_ratio")
         elif not cached and tp.cache_ratio is not None:

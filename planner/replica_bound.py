@@ -61,30 +61,17 @@ def _part_refuted(work: np.ndarray, rho: np.ndarray, allowed: np.ndarray, rho_ca
                   budget: float) -> bool:
     """Whether every choice of one allowed candidate per table with summed rho at most
     rho_cap has summed work over `budget`: a Lagrangian above it proves so; a choice within
-    both disproves it; else (neither found) not refuted."""
+    both disproves it; else (neither found) not refuted. mu = 0 first, then grown until the
+    choice keeps rho under the cap, then bisected on the rho row's subgradient."""
     if not allowed.any(axis=1).all():
         return True
     w = np.where(allowed, work, np.inf)
     r = np.where(allowed, rho, 0.0)
     rows = np.arange(len(w))
-    lo, hi = 0.0, 1.0
-    for i in range(_MU_STEPS + _GROW_STEPS * 2):
-        # First mu = 0, then grow until the choice keeps rho under the cap, then bisect.
-        mu = 0.0 if i == 0 else hi
-        priced = w + mu * r
-        pick = priced.argmin(axis=1)
-        if float(priced[rows, pick].sum()) - mu * rho_cap > budget:
-            return True  # a Lagrangian bound over the budget
-        under = r[rows, pick].sum() <= rho_cap
-        if under and float(w[rows, pick].sum()) <= budget:
-            return False  # a choice within both
-        if i == 0:
-            continue
-        if under:
-            break
-        lo, hi = hi, hi * 4
-    for _ in range(_MU_STEPS):
-        mu = (lo + hi) / 2
+
+    def probe(mu: float) -> bool | None:
+        """True: refuted at mu; False: a choice within both; None: mu's choice has rho
+        over the cap (a larger mu is needed), or under it with too much work (smaller)."""
         priced = w + mu * r
         pick = priced.argmin(axis=1)
         if float(priced[rows, pick].sum()) - mu * rho_cap > budget:
@@ -92,10 +79,28 @@ def _part_refuted(work: np.ndarray, rho: np.ndarray, allowed: np.ndarray, rho_ca
         under = r[rows, pick].sum() <= rho_cap
         if under and float(w[rows, pick].sum()) <= budget:
             return False
+        nonlocal lo, hi
         if under:
             hi = mu
         else:
             lo = mu
+        return None
+
+    lo, hi = 0.0, 1.0
+    found = probe(0.0)  # undecided at 0: its choice has rho over the cap
+    if found is not None:
+        return found
+    for _ in range(_MU_STEPS + _GROW_STEPS * 2 - 1):
+        found = probe(hi)
+        if found is not None:
+            return found
+        if lo < hi:  # hi's choice keeps rho under the cap: bisect below it
+            break
+        hi *= 4
+    for _ in range(_MU_STEPS):
+        found = probe((lo + hi) / 2)
+        if found is not None:
+            return found
     return False
 
 

@@ -24,6 +24,13 @@ def _hw(hosts: int, g: int, hbm: int | str, reserved: int | str) -> dict[str, An
                     "hbm_bandwidth_gb_per_s": 1000}, "host": HOST, "links": LINKS}
 
 
+def _one_table(hw: dict[str, Any]) -> dict[str, Any]:
+    """A request of one small table on `hw`."""
+    return {"model": {"batch_size_per_gpu": 64, "tables": [
+        {"name": "c", "num_embeddings": 1000, "embedding_dim": 32, "pooling_factor": 1.0}]},
+        "hardware": hw}
+
+
 def _ok(p: Plan) -> None:
     assert check_plan(p).errors == []
 
@@ -74,9 +81,7 @@ def test_cache_ratio_below_the_grid() -> None:
 def test_a_mislabelled_layout_is_scored_and_explained_cleanly() -> None:
     """A table labelled row_wise on 2 of 4 GPUs: evaluate scores it with the checker's
     complaint (it raised ValueError: a 500 from the service); explain says what is wrong."""
-    req = {"model": {"batch_size_per_gpu": 64, "tables": [
-        {"name": "c", "num_embeddings": 1000, "embedding_dim": 32, "pooling_factor": 1.0}]},
-        "hardware": _hw(2, 2, "4GiB", "1GiB")}
+    req = _one_table(_hw(2, 2, "4GiB", "1GiB"))
     p = plan(req)
     layout = json.loads(p.model_dump_json())
     layout["tables"][0]["sharding_type"] = "row_wise"
@@ -95,17 +100,13 @@ def test_a_mislabelled_layout_is_scored_and_explained_cleanly() -> None:
 def test_subnormal_efficiency_is_refused(field: str) -> None:
     hw = _hw(2, 2, "4GiB", "1GiB")
     hw["constants"] = {field: 5e-324}
-    req = {"model": {"batch_size_per_gpu": 64, "tables": [
-        {"name": "c", "num_embeddings": 1000, "embedding_dim": 32, "pooling_factor": 1.0}]},
-        "hardware": hw}
+    req = _one_table(hw)
     with pytest.raises(BadInputError, match=field):
         plan(req)
 
 
 def test_a_rank_past_64_bits_is_refused() -> None:
-    req = {"model": {"batch_size_per_gpu": 64, "tables": [
-        {"name": "c", "num_embeddings": 1000, "embedding_dim": 32, "pooling_factor": 1.0}]},
-        "hardware": _hw(1, 2, "4GiB", "1GiB")}
+    req = _one_table(_hw(1, 2, "4GiB", "1GiB"))
     body = json.loads(plan(req).model_dump_json())
     body["tables"][0]["pieces"][0]["rank"] = 2**63
     with pytest.raises(ValueError, match="less than or equal"):
@@ -120,9 +121,7 @@ def test_byte_fields_say_what_is_wrong(value: Any, says: str) -> None:
     """Each was "could not parse value and unit from byte string" (and true was 1 byte)."""
     hw = _hw(1, 2, "4GiB", "1GiB")
     hw["gpu"]["hbm_capacity_bytes"] = value
-    req = {"model": {"batch_size_per_gpu": 64, "tables": [
-        {"name": "c", "num_embeddings": 1000, "embedding_dim": 32, "pooling_factor": 1.0}]},
-        "hardware": hw}
+    req = _one_table(hw)
     with pytest.raises(BadInputError, match=says) as info:
         plan(req)
     assert "hbm_capacity_bytes" in str(info.value) and "Value error" not in str(info.value)
@@ -138,9 +137,7 @@ def test_two_host_counts_are_refused() -> None:
 
 def test_a_cache_ratio_must_match_its_tier() -> None:
     """An hbm piece with a cache ratio, or an hbm_cache piece without one, was accepted."""
-    req = {"model": {"batch_size_per_gpu": 64, "tables": [
-        {"name": "c", "num_embeddings": 1000, "embedding_dim": 32, "pooling_factor": 1.0}]},
-        "hardware": _hw(1, 2, "4GiB", "1GiB")}
+    req = _one_table(_hw(1, 2, "4GiB", "1GiB"))
     body = json.loads(plan(req).model_dump_json())
     layout = {k: body[k] for k in ("schema_version", "request", "tables")}
     layout["tables"][0]["cache_ratio"] = 0.5
