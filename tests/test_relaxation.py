@@ -13,6 +13,7 @@ from scipy.optimize import linprog
 import planner.planning as planning
 from planner import plan
 from planner.bounds import _dual, lagrangian_bound, lower_bound
+from planner.partition import pipeline
 from planner.partition.cpsat import makespan
 from planner.partition.greedy import greedy
 from planner.partition.lp_start import lp_start, relaxed_choices
@@ -104,3 +105,26 @@ def test_smaller_pieces_mend_the_owner_side(monkeypatch) -> None:
     without = plan(request)
     assert with_shares.summary.step_time_s < without.summary.step_time_s * 0.97
     assert "pieces up to" in " ".join(with_shares.summary.decisions)
+
+
+def test_smaller_pieces_try_every_fuller_fill(monkeypatch) -> None:
+    """The smaller-piece relaxations run at the fill the best plan grew with and at each
+    fuller one (zionex_12t x 16 h100 hosts packs pieces up to 60% of the bound at 97%, its
+    whole-piece plan grew at 88%), never at an emptier one; the plan never gets worse."""
+    problem, cands = _setup(_tight("hugectr_200", 2, "24GiB", "64GiB"))
+    bound = lower_bound(problem, cands)
+    start = greedy(problem, cands, bound.prices)
+    seen: list[tuple[float, float]] = []
+    grown = pipeline._grown
+
+    def recording(*args, **kwargs):
+        seen.append((args[7], args[8]))  # fill, share
+        return grown(*args, **kwargs)
+
+    monkeypatch.setattr(pipeline, "_grown", recording)
+    monkeypatch.setattr(pipeline, "_waits", lambda *_: True)
+    out = pipeline._smaller_pieces(problem, cands, bound, start, False, 0.93, DEFAULT_POLICY)
+    fills = {f for f, _ in seen}
+    assert fills and min(fills) >= 0.93 and max(fills) > 0.93
+    assert {s for _, s in seen} <= set(DEFAULT_POLICY.piece_shares[1:])
+    assert makespan(problem, out.choices) <= makespan(problem, start.choices)

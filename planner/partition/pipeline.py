@@ -113,23 +113,27 @@ def _smaller_pieces(problem: Problem, cands: list[list[Candidate]], bound: Lower
                     ) -> Assignment:
     """On several hosts, when the best plan's slowest GPU waits on the owner side and is
     over the policy's shares_min_gap above the bound: the relaxation with the largest piece
-    capped at each of its piece_shares of the bound, at the fill and host-spreading the best
-    plan grew with, placed owner-aware; kept where one beats `best`. Run once per plan, after
-    both spreadings."""
+    capped at each of its piece_shares of the bound, at the fill the best plan grew with and
+    each fuller one (smaller pieces pack where whole tables did not), with its host-spreading,
+    placed owner-aware; kept where one beats `best`. Run once per plan, after both spreadings.
+    zionex_12t x 16 h100 hosts grew best at 88% with whole pieces (21.03 ms before ruin and
+    recreate); at 97% with pieces up to 60% of the bound it gives 19.89 (bound 18.69)."""
     if problem.hw.hosts < 2 or not _waits(problem, best, bound, policy):
         return best
     relaxer = Relaxer(problem, cands)
     steps = policy.steps(len(cands))
     tried: set[tuple[int, ...]] = set()
+    fills = [f for f in policy.relaxation_fills if f >= fill]
     for share in policy.piece_shares[1:]:
-        relaxed = relaxer.choose(bound.value_s * share, fill)
-        if relaxed is None or tuple(relaxed.choice) in tried:
-            continue
-        tried.add(tuple(relaxed.choice))
-        found = _grown(problem, cands, relaxed.choice, steps, best, spread, (True,), fill,
-                       share)
-        assert found is not None  # `best` stands unless beaten
-        best = found
+        for at in fills:
+            relaxed = relaxer.choose(bound.value_s * share, at)
+            if relaxed is None or tuple(relaxed.choice) in tried:
+                continue
+            tried.add(tuple(relaxed.choice))
+            found = _grown(problem, cands, relaxed.choice, steps, best, spread, (True,), at,
+                           share)
+            assert found is not None  # `best` stands unless beaten
+            best = found
     return best
 
 
