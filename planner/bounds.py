@@ -20,7 +20,9 @@ Pins tighten it: the tables pinned inside a set P of ranks put all their pieces 
 same two bounds hold on P alone, with |P| GPUs (and P's share of HBM, DDR and SSD) in place
 of the cluster's; each distinct pin set is tried, with every table pinned inside it (the
 owner side of the all-to-alls is at least zero, so leaving it out keeps the bound valid). It
-is folded into balanced_s, which it never lowers.
+is folded into balanced_s, which it never lowers. So is the capped-LP bound
+(planner/capped_bound.py): the same LP re-solved over the candidates under each M, with its
+own memory prices, where short memory leaves only large-piece candidates that fit.
 The owner-side bound (planner/owner_bound.py) adds what one GPU must carry
 whatever the plan: the busiest piece, every replica, and its samples' vectors from pieces on
 other hosts, traded against what its host can hold.
@@ -39,6 +41,7 @@ import numpy as np
 
 from cost_models import fixed_floors
 from planner.candidates import Candidate
+from planner.capped_bound import capped_bound
 from planner.host_bound import host_bound
 from planner.owner_bound import owner_bound
 from planner.problem import Problem
@@ -134,13 +137,13 @@ def _offset(attr: str, offsets: tuple[float, float]) -> float:
 
 
 def _work_bounds(cands: list[list[Candidate]], caps: np.ndarray, gpus: int,
-                 pipelined: bool, offsets: tuple[float, float] = (0.0, 0.0)
-                 ) -> tuple[float, float, float, np.ndarray]:
+                 pipelined: bool, offsets: tuple[float, float] = (0.0, 0.0),
+                 mem: np.ndarray | None = None) -> tuple[float, float, float, np.ndarray]:
     """(plain average, memory-priced average, balanced, prices) of `cands` on `gpus` GPUs
     holding `caps` of HBM, DDR and SSD: every bound of the module docstring but the largest
     piece, each floor raised by the fixed seconds `offsets` (cost.fixed_floors: on the
     pieces' work, on their comm alone)."""
-    mem = memory_matrix(cands)
+    mem = memory_matrix(cands) if mem is None else mem
     maxp = candidate_matrix(cands, "max_piece")
     parts = ["work", "comm_work"] if pipelined else ["work"]
     plain, priced, balanced, prices = 0.0, 0.0, 0.0, np.zeros(3)
@@ -210,19 +213,22 @@ def lower_bound(problem: Problem, cands: list[list[Candidate]]) -> LowerBound:
                            hw.constants.pipeline_overlap)
     largest = float(candidate_matrix(cands, "max_piece").min(axis=1).max()) + offsets[1]
     caps = cluster_caps(hw)
-    plain, priced, balanced, prices = _work_bounds(cands, caps, w, problem.model.pipelined,
-                                                   offsets)
+    mem = memory_matrix(cands)
+    pipelined = problem.model.pipelined
+    plain, priced, balanced, prices = _work_bounds(cands, caps, w, pipelined, offsets, mem)
     pinned = pinned_bound(problem, cands, offsets)
     average = max(plain, priced)
     owner = owner_bound(problem, cands)  # counts the fixed latency itself
     known = max(average, largest, balanced, pinned, owner)
+    capped = capped_bound(cands, mem, caps, w, pipelined, offsets, known)
+    known = max(known, capped)
     host = host_bound(problem, cands, known).value_s  # counts the fixed latency itself
     replica = replica_bound(problem, cands, max(known, host))  # counts it too
     return LowerBound(
         value_s=max(known, host, replica),
         average_s=average,
         largest_piece_s=largest,
-        balanced_s=max(balanced, pinned),
+        balanced_s=max(balanced, pinned, capped),
         memory_priced=priced > plain * (1 + 1e-9),
         prices=(float(prices[0]), float(prices[1]), float(prices[2])),
         pinned_s=pinned,

@@ -89,3 +89,37 @@ def solve_relaxation(work: np.ndarray, mem: np.ndarray, caps: np.ndarray,
     dense = np.full(work.shape, -1.0)
     dense[rows, cols] = x
     return Relaxation(prices=prices, choice=dense.argmax(axis=1))
+
+
+def excess_prices(mem: np.ndarray, caps: np.ndarray, usable: np.ndarray) -> np.ndarray | None:
+    """Where no mix of the `usable` (T, C) candidates fits `caps` (3,): memory prices lambda
+    >= 0 (per byte) from the LP that minimises the bytes over the caps, summed (GLOP; its
+    memory rows' duals). By LP duality, at its optimum
+      sum_t min_c lambda . mem[t,c] - lambda . caps = the least excess > 0,
+    which a caller recomputes before relying on it (a Farkas certificate: scaled up, these
+    prices drive the Lagrangian bound of any work past any budget). None when GLOP fails or
+    finds the candidates fit."""
+    if not usable.any(axis=1).all():
+        return None
+    rows, cols = np.nonzero(usable)
+    n, tables = len(rows), usable.shape[0]
+    coupled = np.flatnonzero(np.isfinite(caps))
+    k = len(coupled)
+    block = mem[rows, cols][:, coupled].T * _GB
+    matrix = sp.vstack([
+        sp.csr_matrix((np.ones(n), (rows, np.arange(n))), shape=(tables, n + k)),
+        sp.hstack([sp.csr_matrix(block), -sp.identity(k)]),
+    ]).tocsr()
+    model = mb.ModelBuilder()
+    model.helper.fill_model_from_sparse_data(
+        np.zeros(n + k), np.full(n + k, np.inf),
+        np.concatenate([np.zeros(n), np.ones(k)]),
+        np.concatenate([np.ones(tables), np.full(k, -np.inf)]),
+        np.concatenate([np.ones(tables), caps[coupled] * _GB]), matrix)
+    solver = mb.ModelSolver("glop")
+    if solver.solve(model) != mb.SolveStatus.OPTIMAL or solver.objective_value <= 0:
+        return None
+    duals = solver.dual_values(model.get_linear_constraints()[tables:]).to_numpy()
+    prices = np.zeros(3)
+    prices[coupled] = np.maximum(-duals, 0.0) * _GB
+    return prices

@@ -59,6 +59,11 @@ class Relaxer:
         return RelaxedChoice([int(i) for i in relaxed.choice], bool(relaxed.prices.any()))
 
 
+# Where no mix of candidates with pieces under the bound fits the memory, the cap on the
+# largest piece is raised by these factors in turn (the last: no cap).
+_CAP_GROWTH = (1.0, 1.01, 1.03, 1.1, 1.3, 2.0, float("inf"))
+
+
 def relaxed_choices(problem: Problem, cands: list[list[Candidate]], max_piece_s: float,
                     fills: tuple[float, ...]) -> Iterator[tuple[float, list[int]]]:
     """(fill, choice) of the relaxation at each of `fills` (fullest first), pieces up to
@@ -66,7 +71,13 @@ def relaxed_choices(problem: Problem, cands: list[list[Candidate]], max_piece_s:
     choice."""
     relaxer = Relaxer(problem, cands)
     for fill in fills:
-        relaxed = relaxer.choose(max_piece_s, fill)
+        relaxed = None
+        for growth in _CAP_GROWTH:
+            # Pieces under the bound may fit no mix of memory (the bound itself is often the
+            # largest makespan at which they do not: planner/capped_bound.py).
+            relaxed = relaxer.choose(max_piece_s * growth, fill)
+            if relaxed is not None:
+                break
         if relaxed is None:
             return
         yield fill, relaxed.choice
