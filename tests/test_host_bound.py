@@ -14,6 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import planner.host_bound as hb
 from benchmarks.bound_falsify import descent, every_placement, instance
 from planner import plan
 from planner.bounds import lower_bound
@@ -112,3 +113,16 @@ def test_hosts_that_differ_are_not_relabelled() -> None:
     assert step == pytest.approx(0.00082988, rel=1e-4)
     assert host_bound(problem, cands, 0.0, memory=False).value_s <= step * (1 + REL)
     assert lower_bound(problem, cands).value_s <= step * (1 + REL)
+
+
+def test_the_first_anchors_branches_have_a_budget(monkeypatch) -> None:
+    """The first anchor's branches solve at most _FIRST_MAX_LPS LPs; past it, no host bound
+    (0) rather than an unbounded search. criteo_dcnv2 on 2 h100 hosts needs 14."""
+    problem = build_problem(resolve({"model": "criteo_dcnv2",
+                                     "hardware": {"preset": "h100", "hosts": 2}}))
+    cands, _ = candidates_for(problem)
+    full = host_bound(problem, cands, 0.0)
+    assert full.value_s > 0 and full.lps > 5
+    monkeypatch.setattr(hb, "_FIRST_MAX_LPS", 5)
+    cut = host_bound(problem, cands, 0.0)
+    assert cut.value_s == 0.0 and cut.lps <= 6
