@@ -68,7 +68,7 @@ def markdown(rows: list[dict[str, Any]], meta: dict[str, Any],
              previous: dict[str, dict[str, Any]]) -> str:
     lines = ["# Plans where memory is short", "",
              f"`{COMMAND}` (module docstring: what is drawn and checked). Machine: "
-             f"{meta['machine'].get('cpu', '')}, commit {str(meta['machine'].get('commit'))[:12]}"
+             f"{meta['machine'].get('cpu', '')}, commit {str(meta['machine'].get('git_head'))[:12]}"
              f" (the working tree may hold uncommitted changes); wall {meta['wall_s']} s.", "",
              "step and bound: the cost model's slowest GPU and the planner's lower bound (ms); "
              "checked: the independent checker found no error; previous: the step time in the "
