@@ -78,12 +78,14 @@ class _Capped:
             return False
         lam = np.where(np.isfinite(self.caps), lam, 0.0)
         priced = np.where(usable, _priced(self.mem, lam), np.inf)
-        return float(priced.min(axis=1).sum()) - self._dot_caps(lam) > 0
+        # Rounding margin: a mix that fits to the byte must not pass for an excess.
+        caps = self._dot_caps(lam)
+        return float(priced.min(axis=1).sum()) - caps > _EDGE * caps
 
     def _floor(self, usable: np.ndarray) -> float:
         """A lower bound on the slowest GPU of any plan choosing only `usable` candidates,
         from its average work (the largest over the step's sides): inf where no mix of them
-        fits the memory, 0 where the LP budget is spent (nothing proven)."""
+        fits the memory; where the LP budget runs out, what was proven before it."""
         best = 0.0
         for work, offset in self.works:
             capped = np.where(usable, work, np.inf)
