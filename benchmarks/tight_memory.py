@@ -35,6 +35,7 @@ PREVIOUS = Path(__file__).resolve().parent / "results" / "tight_memory.json"
 
 
 def request(model: str, hosts: int, hbm: str, ddr: str) -> dict[str, Any]:
+    """An h100 cluster of `hosts` hosts with less HBM and DDR, so that memory binds."""
     hw = preset_dict("h100")
     hw["hosts"] = hosts
     hw["gpu"].update(hbm_capacity_bytes=hbm, hbm_reserved_bytes="1GiB")

@@ -66,17 +66,15 @@ class _Capped:
         self.lps_left = max(_MIN_LPS, min(_MAX_LPS, _LP_CELLS // max(1, columns)))
 
     def _dot_caps(self, lam: np.ndarray) -> float:
-        c = self.capped_caps
-        return float(c[0] * lam[0] + c[1] * lam[1] + c[2] * lam[2])
+        return float(_priced(self.capped_caps, lam))
 
     def _over_memory(self, usable: np.ndarray) -> bool:
         if self.lps_left <= 0:
             return False
         self.lps_left -= 1
-        lam = excess_prices(self.mem, self.caps, usable)
+        lam = excess_prices(self.mem, self.caps, usable)  # 0 on uncapped memory
         if lam is None:
             return False
-        lam = np.where(np.isfinite(self.caps), lam, 0.0)
         priced = np.where(usable, _priced(self.mem, lam), np.inf)
         # Rounding margin: a mix that fits to the byte must not pass for an excess.
         caps = self._dot_caps(lam)
@@ -98,7 +96,7 @@ class _Capped:
                 relaxed = solve_relaxation(capped, self.mem, self.caps)
                 if relaxed is None:
                     return np.inf if self._over_memory(usable) else best
-                lam = np.where(np.isfinite(self.caps), relaxed.prices, 0.0)
+                lam = relaxed.prices  # 0 on uncapped memory
                 value = max(value, float((capped + _priced(self.mem, lam)).min(axis=1).sum())
                             - self._dot_caps(lam))
             best = max(best, value / self.gpus + offset)
@@ -143,7 +141,7 @@ def capped_bound(cands: list[list[Candidate]], mem: np.ndarray, caps: np.ndarray
         if not refuted:
             return False
         # Every M below up_to is refuted: take just under it (not past what was proven).
-        lo = max(lo, m, min(up_to * (1 - _EDGE), up_to) if np.isfinite(up_to) else m)
+        lo = max(lo, m, up_to * (1 - _EDGE) if np.isfinite(up_to) else m)
         return None if last else True
 
     step = 0.02

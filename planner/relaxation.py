@@ -69,23 +69,11 @@ def solve_relaxation(work: np.ndarray, mem: np.ndarray, caps: np.ndarray,
     if not ok.any(axis=1).all():
         return None
     rows, cols = np.nonzero(ok)  # row-major: each table's candidates in column order
-    n, tables = len(rows), work.shape[0]
-    coupled = np.flatnonzero(np.isfinite(caps))
-    block = mem[rows, cols][:, coupled].T * _GB
-    matrix = sp.vstack([sp.csr_matrix((np.ones(n), (rows, np.arange(n))), shape=(tables, n)),
-                        sp.csr_matrix(block)]).tocsr()
-    model = mb.ModelBuilder()
-    model.helper.fill_model_from_sparse_data(
-        np.zeros(n), np.full(n, np.inf), work[rows, cols] * _MS,
-        np.concatenate([np.ones(tables), np.full(len(coupled), -np.inf)]),
-        np.concatenate([np.ones(tables), caps[coupled] * _GB]), matrix)
-    solver = mb.ModelSolver("glop")
-    if solver.solve(model) != mb.SolveStatus.OPTIMAL:
+    solved = _glop(work[rows, cols] * _MS, rows, cols, work.shape[0], mem, caps, slack=False)
+    if solved is None:
         return None
-    x = solver.values(model.get_variables()).to_numpy()
-    duals = solver.dual_values(model.get_linear_constraints()[tables:]).to_numpy()
-    prices = np.zeros(3)
-    prices[coupled] = np.maximum(-duals, 0.0) * _GB / _MS
+    x, prices = solved
+    prices = prices / _MS  # per byte of work in ms -> seconds
     dense = np.full(work.shape, -1.0)
     dense[rows, cols] = x
     return Relaxation(prices=prices, choice=dense.argmax(axis=1))
@@ -102,24 +90,34 @@ def excess_prices(mem: np.ndarray, caps: np.ndarray, usable: np.ndarray) -> np.n
     if not usable.any(axis=1).all():
         return None
     rows, cols = np.nonzero(usable)
-    n, tables = len(rows), usable.shape[0]
+    solved = _glop(np.zeros(len(rows)), rows, cols, usable.shape[0], mem, caps, slack=True)
+    return None if solved is None else solved[1]
+
+
+def _glop(cost: np.ndarray, rows: np.ndarray, cols: np.ndarray, tables: int, mem: np.ndarray,
+          caps: np.ndarray, slack: bool) -> tuple[np.ndarray, np.ndarray] | None:
+    """GLOP on: min cost . x (+ the bytes over the caps, summed, with `slack`) subject to
+    each table's x summing to 1 and the memory rows under the finite caps; x over the
+    (rows, cols) candidates. (x, memory-row duals turned into prices per byte) at the
+    optimum; None when there is none, or with `slack`, when nothing is over the caps."""
+    n = len(rows)
     coupled = np.flatnonzero(np.isfinite(caps))
-    k = len(coupled)
-    block = mem[rows, cols][:, coupled].T * _GB
-    matrix = sp.vstack([
-        sp.csr_matrix((np.ones(n), (rows, np.arange(n))), shape=(tables, n + k)),
-        sp.hstack([sp.csr_matrix(block), -sp.identity(k)]),
-    ]).tocsr()
+    k = len(coupled) if slack else 0
+    block = sp.csr_matrix(mem[rows, cols][:, coupled].T * _GB)
+    if slack:
+        block = sp.hstack([block, -sp.identity(k)])
+    matrix = sp.vstack([sp.csr_matrix((np.ones(n), (rows, np.arange(n))), shape=(tables, n + k)),
+                        block]).tocsr()
     model = mb.ModelBuilder()
     model.helper.fill_model_from_sparse_data(
-        np.zeros(n + k), np.full(n + k, np.inf),
-        np.concatenate([np.zeros(n), np.ones(k)]),
-        np.concatenate([np.ones(tables), np.full(k, -np.inf)]),
+        np.zeros(n + k), np.full(n + k, np.inf), np.concatenate([cost, np.ones(k)]),
+        np.concatenate([np.ones(tables), np.full(len(coupled), -np.inf)]),
         np.concatenate([np.ones(tables), caps[coupled] * _GB]), matrix)
     solver = mb.ModelSolver("glop")
-    if solver.solve(model) != mb.SolveStatus.OPTIMAL or solver.objective_value <= 0:
+    if solver.solve(model) != mb.SolveStatus.OPTIMAL or (slack and solver.objective_value <= 0):
         return None
+    x = solver.values(model.get_variables()).to_numpy()[:n]
     duals = solver.dual_values(model.get_linear_constraints()[tables:]).to_numpy()
     prices = np.zeros(3)
     prices[coupled] = np.maximum(-duals, 0.0) * _GB
-    return prices
+    return x, prices

@@ -11,6 +11,7 @@ import scipy.sparse as sp
 from scipy.optimize import linprog
 
 import planner.planning as planning
+from benchmarks.tight_memory import request as _tight
 from planner import plan
 from planner.bounds import _dual, lagrangian_bound, lower_bound
 from planner.partition import pipeline
@@ -19,18 +20,7 @@ from planner.partition.greedy import greedy
 from planner.partition.lp_start import lp_start, relaxed_choices
 from planner.partition.policy import DEFAULT_POLICY
 from planner.planning import build_problem, candidates_for, resolve
-from planner.presets import preset_dict
 from planner.relaxation import candidate_matrix, cluster_caps, memory_matrix
-
-
-def _tight(model: str, hosts: int, hbm: str, ddr: str) -> dict:
-    """An h100 cluster with less HBM and DDR, so that memory binds."""
-    hw = preset_dict("h100")
-    hw["hosts"] = hosts
-    hw["gpu"].update(hbm_capacity_bytes=hbm, hbm_reserved_bytes="1GiB")
-    hw["host"].update(ddr_capacity_bytes=ddr, ddr_reserved_bytes="1GiB")
-    return {"model": model, "hardware": hw}
-
 
 CASES = [_tight("hugectr_200", 1, "16GiB", "64GiB"), _tight("criteo_dcnv2", 1, "16GiB", "64GiB"),
          {"model": "hugectr_510", "hardware": {"preset": "h100", "hosts": 2}}]
