@@ -67,12 +67,16 @@ def score(hardware: dict[str, Any], measured: dict[str, Any]) -> dict[str, Any]:
     """Per calibrated pass of `measured` (fidelity.json): the benchmark's summary figures
     for the profile's predictions."""
     passes = []
+    # Each run executed the same plans: each is priced once under the profile.
+    priced: dict[str, tuple[list[dict[str, float]], list[float]]] = {}
     for run in measured["calibrated"]["runs"]:
         errs: dict[str, list[float]] = {ph: [] for ph in PHASES}
         pred_steps, meas_steps, slowest = [], [], []
         for name, res in sorted(run["plans"].items()):
             comp = res["by_clock"]["wall"]
-            pred, totals = predictions(hardware, name)
+            if name not in priced:
+                priced[name] = predictions(hardware, name)
+            pred, totals = priced[name]
             pred_steps.append(max(totals))
             meas_steps.append(comp["plan"]["measured_step_s"])
             for row in comp["ranks"]:

@@ -1,5 +1,5 @@
 """Every bundled fixture on 1, 2, 4 and 16 hosts: the plan passes the independent checker,
-and planning the same request twice gives byte-identical JSON."""
+and (on 1 and 16 hosts) planning the same request twice gives byte-identical JSON."""
 
 import pytest
 
@@ -10,8 +10,12 @@ from tests.conftest import fixture_request
 
 HOSTS = (1, 2, 4, 16)
 # zionex_12t host counts left to the benchmarks (the suite's time budget, issue 18): 2 hosts
-# (40 s for two plans) too; the 16-host ZionEX test below plans and checks it on several hosts.
+# (40 s for two plans) too; a slice of it on 2 ZionEX hosts is planned and checked below.
 _SLOW_12T = (2, 4, 16)
+# Planned twice, for byte identity, on these host counts (the suite's 15 minutes): on 2 and 4
+# hosts tests/test_budget_monotone.py plans the same request twice, and
+# tests/test_random_instances.py a plan in a fresh interpreter.
+_TWICE = (1, 16)
 
 
 def test_all_fixtures_are_listed() -> None:
@@ -23,7 +27,7 @@ def test_all_fixtures_are_listed() -> None:
 def test_fixture_plan_checks_and_is_deterministic(fixture: str, hosts: int) -> None:
     if fixture == "zionex_12t" and hosts in _SLOW_12T:
         pytest.skip("zionex_12t plans take 20-40 CPU s each: checked here on 1 host (infeasible) "
-                    "and 16 ZionEX hosts; 2, 4 and 16 h100 hosts are planned by "
+                    "and a slice on 2 ZionEX hosts; 2, 4 and 16 h100 hosts are planned by "
                     "benchmarks/plan_quality")
     req = fixture_request(fixture, hosts)
     if fixture == "zionex_12t" and hosts == 1:
@@ -36,19 +40,28 @@ def test_fixture_plan_checks_and_is_deterministic(fixture: str, hosts: int) -> N
     report = check_plan(first)
     assert report.ok, report.errors[:5]
     assert first.summary.step_time_s >= first.summary.lower_bound_s * (1 - 1e-9)
+    if hosts not in _TWICE:
+        return
     second = plan(req)
     assert first.model_dump_json() == second.model_dump_json()
 
 
-def test_12t_model_needs_ddr_and_ssd_on_16_zionex_hosts() -> None:
-    p = plan(fixture_request("zionex_12t", 16, preset="zionex_a100"))
+def test_12t_model_slice_needs_slower_tiers_on_2_zionex_hosts() -> None:
+    """Every 8th table of the 12T model on 2 ZionEX hosts: its weights pass the hosts' HBM
+    plus DDR by about the whole model's margin on 16 hosts (6.2 TB against 4.0; 48 TB against
+    33 TB), so SSD and a cached or DDR tier are needed. (The whole model on 16 hosts took 155
+    s of the suite; benchmarks/plan_quality plans and checks it.)"""
+    req = fixture_request("zionex_12t", 2, preset="zionex_a100")
+    req["model"]["tables"] = req["model"]["tables"][::8]
+    p = plan(req)
     assert check_plan(p).ok
     assert p.summary.tables_per_tier.get("ssd", 0) > 0
     assert p.summary.tables_per_tier.get("ddr", 0) + p.summary.tables_per_tier.get(
         "hbm_cache", 0) > 0
     assert any("slower memory tiers" in w for w in p.summary.warnings)
-    # The weights alone exceed the cluster's HBM plus DDR: 12e12 params x 4 B = 48 TB.
+    # The weights alone exceed the hosts' HBM plus DDR (fp32: 4 bytes a value).
+    weights = sum(4 * t["num_embeddings"] * t["embedding_dim"] for t in req["model"]["tables"])
     hw = p.request.hardware
     hbm_plus_ddr = hw.hosts * (hw.gpus_per_host * hw.gpu.hbm_capacity_bytes
                                + hw.host.ddr_capacity_bytes)
-    assert hbm_plus_ddr < 48e12
+    assert hbm_plus_ddr < weights

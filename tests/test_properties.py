@@ -85,13 +85,22 @@ def test_every_plan_passes_the_checker_and_respects_the_bound(req: dict[str, Any
     assert p.summary.step_time_s >= p.summary.lower_bound_s * (1 - 1e-9)
 
 
+def _canonical_assignments(n: int, gpus: int) -> list[tuple[int, ...]]:
+    """Each assignment of n tables to GPUs whose first use of GPU k comes after that of
+    GPU k - 1 (restricted growth strings): one per partition into at most `gpus` groups."""
+    return [a for a in itertools.product(range(gpus), repeat=n)
+            if all(a[i] <= max(a[:i], default=-1) + 1 for i in range(n))]
+
+
 @SETTINGS
 @given(st.lists(st.tuples(st.integers(1000, 100_000), st.sampled_from([16, 64, 128]),
                           st.floats(1.0, 50.0)), min_size=1, max_size=5),
        st.sampled_from([2, 3]))
 def test_lower_bound_is_below_the_brute_force_optimum(specs: list[tuple[int, int, float]],
                                                       gpus: int) -> None:
-    """Table-wise only, HBM only, one host: enumerate every assignment of tables to GPUs."""
+    """Table-wise only, HBM only, one host: enumerate every assignment of tables to GPUs up to
+    a relabelling of the GPUs (one host's GPUs are alike, so each partition of the tables
+    into at most `gpus` groups is scored once: 41 layouts instead of 243 for 5 tables on 3)."""
     tabs = [{"name": f"t{i}", "num_embeddings": r, "embedding_dim": d, "pooling_factor": p,
              "constraints": {"sharding_types": ["table_wise"], "memory_tiers": ["hbm"]}}
             for i, (r, d, p) in enumerate(specs)]
@@ -100,7 +109,7 @@ def test_lower_bound_is_below_the_brute_force_optimum(specs: list[tuple[int, int
     ours = plan(req)
     resolved = resolve(req)
     best = float("inf")
-    for ranks in itertools.product(range(gpus), repeat=len(tabs)):
+    for ranks in _canonical_assignments(len(tabs), gpus):
         layout = PlanLayout(request=resolved, tables=[
             TablePlan(name=t["name"], sharding_type="table_wise", tier="hbm",
                       pieces=[PlanPiece(rank=r, host=0, row_offset=0,
@@ -110,6 +119,13 @@ def test_lower_bound_is_below_the_brute_force_optimum(specs: list[tuple[int, int
         best = min(best, evaluate(layout).summary.step_time_s)
     assert ours.summary.lower_bound_s <= best * (1 + 1e-9)
     assert ours.summary.step_time_s >= best * (1 - 1e-9)
+
+
+def test_canonical_assignments_count_the_partitions() -> None:
+    # Stirling numbers of the second kind: S(5,1) + S(5,2) + S(5,3) = 1 + 15 + 25.
+    assert len(_canonical_assignments(5, 3)) == 41
+    assert len(_canonical_assignments(4, 2)) == 8
+    assert _canonical_assignments(2, 3) == [(0, 0), (0, 1)]
 
 
 @SETTINGS
