@@ -12,10 +12,12 @@ HOSTS = (1, 2, 4, 16)
 # zionex_12t host counts left to the benchmarks (the suite's time budget, issue 18): 2 hosts
 # (40 s for two plans) too; a slice of it on 2 ZionEX hosts is planned and checked below.
 _SLOW_12T = (2, 4, 16)
-# Planned twice, for byte identity, on these host counts (the suite's 15 minutes): on 2 and 4
-# hosts tests/test_budget_monotone.py plans the same request twice, and
+# Planned twice, for byte identity, on these host counts (the suite's 15 minutes), and on
+# one host only below _TWICE_TABLES tables (hugectr_510 and synthetic_1000 there: 45-50 s
+# twice): on 2 and 4 hosts tests/test_budget_monotone.py plans the same request twice, and
 # tests/test_random_instances.py a plan in a fresh interpreter.
 _TWICE = (1, 16)
+_TWICE_TABLES = 500
 
 
 def test_all_fixtures_are_listed() -> None:
@@ -40,19 +42,19 @@ def test_fixture_plan_checks_and_is_deterministic(fixture: str, hosts: int) -> N
     report = check_plan(first)
     assert report.ok, report.errors[:5]
     assert first.summary.step_time_s >= first.summary.lower_bound_s * (1 - 1e-9)
-    if hosts not in _TWICE:
+    if hosts not in _TWICE or (hosts == 1 and len(req["model"]["tables"]) >= _TWICE_TABLES):
         return
     second = plan(req)
     assert first.model_dump_json() == second.model_dump_json()
 
 
 def test_12t_model_slice_needs_slower_tiers_on_2_zionex_hosts() -> None:
-    """Every 8th table of the 12T model on 2 ZionEX hosts: its weights pass the hosts' HBM
-    plus DDR by about the whole model's margin on 16 hosts (6.2 TB against 4.0; 48 TB against
-    33 TB), so SSD and a cached or DDR tier are needed. (The whole model on 16 hosts took 155
-    s of the suite; benchmarks/plan_quality plans and checks it.)"""
+    """Every 12th table of the 12T model on 2 ZionEX hosts: its weights pass the hosts' HBM
+    plus DDR (5.0 TB against 4.0; the whole model on 16 hosts: 48 TB against 33 TB), so SSD
+    and a cached or DDR tier are needed. (The whole model on 16 hosts took 155 s of the
+    suite; benchmarks/plan_quality plans and checks it.)"""
     req = fixture_request("zionex_12t", 2, preset="zionex_a100")
-    req["model"]["tables"] = req["model"]["tables"][::8]
+    req["model"]["tables"] = req["model"]["tables"][::12]
     p = plan(req)
     assert check_plan(p).ok
     assert p.summary.tables_per_tier.get("ssd", 0) > 0

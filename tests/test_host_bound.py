@@ -60,7 +60,8 @@ def test_where_one_table_fills_hosts_the_owner_side_bound_is_far_below() -> None
     assert bound == pytest.approx(best, rel=1e-5)
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# 60 drawn requests here (the suite's 15 minutes); benchmarks/bound_falsify draws 800.
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(requests(), st.integers(0, 2**31 - 1))
 def test_host_bound_is_below_every_plan_found(req: dict[str, Any], seed: int) -> None:
     problem = build_problem(resolve(req))
