@@ -233,6 +233,42 @@ def machine() -> dict[str, Any]:
     }
 
 
+def speed_gauge() -> dict[str, float]:
+    """Seconds of two fixed workloads, the median of 5: a million calls of a small function
+    reading a frozen dataclass (the planner's pure-Python code is made of these) and 100,000
+    numpy operations on 128-element arrays (its per-GPU load arrays). Machines lent as this
+    kind have differed by 3x on the same planning code; these say which one a run had."""
+    import dataclasses
+
+    @dataclasses.dataclass(frozen=True)
+    class _P:
+        x: float
+        y: float
+
+    def f(p: _P) -> float:
+        return p.x * 2.0 + p.y
+
+    def calls() -> None:
+        p = _P(1.0, 2.0)
+        for _ in range(1_000_000):
+            f(p)
+
+    def arrays() -> None:
+        a = np.zeros(128)
+        for _ in range(100_000):
+            a = np.maximum(a + 1.0, 0.5)
+
+    out = {}
+    for name, fn in (("calls_s", calls), ("numpy_s", arrays)):
+        runs = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            fn()
+            runs.append(time.perf_counter() - t0)
+        out[name] = round(statistics.median(runs), 4)
+    return out
+
+
 def _fmt_s(x: float | None) -> str:
     if x is None:
         return "-"
@@ -261,7 +297,10 @@ def markdown(rows: list[dict[str, Any]], meta: dict[str, Any],
         "(median over the runs); other = the rest of `plan()`. "
         f"Machine: {cpu}, Python {meta['python']}, numpy {meta['numpy']}, "
         f"commit {str(meta['git_head'])[:12]} (working tree may hold uncommitted changes); "
-        f"load average before the run {meta['loadavg_before']}.",
+        f"load average before the run {meta['loadavg_before']}. Speed gauge (`speed_gauge`: "
+        "a million small Python calls; 100,000 numpy operations on 128 floats): "
+        f"{meta.get('gauge', {}).get('calls_s', '-')} s and "
+        f"{meta.get('gauge', {}).get('numpy_s', '-')} s.",
         "",
         "| " + " | ".join(head) + " |",
         "|" + "|".join(["---:"] * (len(head) - 1) + ["---"]) + "|",
@@ -324,7 +363,7 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr, flush=True)
         rows.append(row)
     meta = {**machine(), "command": COMMAND + (" --quick" if args.quick else ""),
-            "loadavg_before": load_before}
+            "loadavg_before": load_before, "gauge": speed_gauge()}
     targets = []
     for key, hosts, limit in TARGETS:
         hit = next((r for r in rows if (r["model"], r["hosts"]) == (key, hosts)), None)
