@@ -352,6 +352,7 @@ def main(argv: list[str] | None = None) -> int:
 
     check_recipe()
     load_before = [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None
+    gauge = speed_gauge()  # before the cases, on the machine as they find it
     cases = list(FIXTURE_CASES) + [
         (f"synthetic_{n}", h) for n in TABLE_COUNTS for h in HOSTS
         if not args.quick or (n <= QUICK_MAX[0] and h <= QUICK_MAX[1])]
@@ -363,7 +364,7 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr, flush=True)
         rows.append(row)
     meta = {**machine(), "command": COMMAND + (" --quick" if args.quick else ""),
-            "loadavg_before": load_before, "gauge": speed_gauge()}
+            "loadavg_before": load_before, "gauge": gauge}
     targets = []
     for key, hosts, limit in TARGETS:
         hit = next((r for r in rows if (r["model"], r["hosts"]) == (key, hosts)), None)

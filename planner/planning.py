@@ -10,6 +10,7 @@ from planner.bounds import LowerBound, lower_bound
 from planner.candidates import (
     Candidate,
     candidate_of_pieces,
+    drop_held_bytes,
     enumerate_candidates,
     slow_tiers_needed,
 )
@@ -59,6 +60,7 @@ def candidates_for(problem: Problem, slow: bool | None = None
         # HBM, known before a single lookup or all-to-all is priced).
         cert = capacity_certificate(problem)
         if cert is not None:
+            drop_held_bytes(problem)
             raise infeasible_error(problem, cert)
     cands = []
     for t in problem.tables:
