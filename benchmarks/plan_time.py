@@ -299,8 +299,7 @@ def markdown(rows: list[dict[str, Any]], meta: dict[str, Any],
         f"commit {str(meta['git_head'])[:12]} (working tree may hold uncommitted changes); "
         f"load average before the run {meta['loadavg_before']}. Speed gauge (`speed_gauge`: "
         "a million small Python calls; 100,000 numpy operations on 128 floats): "
-        f"{meta.get('gauge', {}).get('calls_s', '-')} s and "
-        f"{meta.get('gauge', {}).get('numpy_s', '-')} s.",
+        f"{meta['gauge']['calls_s']} s and {meta['gauge']['numpy_s']} s.",
         "",
         "| " + " | ".join(head) + " |",
         "|" + "|".join(["---:"] * (len(head) - 1) + ["---"]) + "|",

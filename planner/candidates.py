@@ -255,9 +255,8 @@ class _Coster:
         self.costed: dict[tuple[tuple[bool, bool], Tier, float, tuple[object, ...]],
                           _Costed] = {}
         # Bytes alone (no time): what `least_bytes` found, where it ran first on this table.
-        self.held = held if held is not None else _Bytes({}, {}, {})
-        self.buffers, self.memory, self.placed = (
-            self.held.buffers, self.held.memory, self.held.placed)
+        held = held if held is not None else _Bytes({}, {}, {})
+        self.buffers, self.memory, self.placed = held.buffers, held.memory, held.placed
         # Estimators that price a candidate's pieces together (`price`): their prices.
         self.prices: dict[tuple[object, ...], CostBreakdown] = {}
         self.priced: set[tuple[object, ...]] = set()
