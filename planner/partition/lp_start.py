@@ -18,6 +18,8 @@ import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+import numpy as np
+
 from planner.candidates import Candidate, Scope
 from planner.partition.assignment import Assignment, TableChoice
 from planner.partition.greedy import allowed_mask
@@ -47,12 +49,17 @@ class Relaxer:
         self.mem = memory_matrix(cands)
         self.caps = cluster_caps(problem.hw)
 
-    def choose(self, max_piece_s: float, fill: float) -> RelaxedChoice | None:
+    def choose(self, max_piece_s: float, fill: float, held: np.ndarray | None = None
+               ) -> RelaxedChoice | None:
         """Over the candidates whose largest piece is at most `max_piece_s` (a table with
-        none keeps its smallest piece), the caps times `fill`; None when nothing fits."""
+        none keeps its smallest piece), among the `held` ones (T, C) if given, the caps
+        times `fill`; None when nothing fits."""
         usable = self.maxp <= max_piece_s
+        if held is not None:
+            usable = usable & held
         none = ~usable.any(axis=1)
-        usable[none, self.maxp[none].argmin(axis=1)] = True
+        maxp = self.maxp if held is None else np.where(held, self.maxp, np.inf)
+        usable[none, maxp[none].argmin(axis=1)] = True
         relaxed = solve_relaxation(self.work, self.mem, self.caps * fill, usable)
         if relaxed is None:
             return None
@@ -92,7 +99,7 @@ def _by_work(cs: list[Candidate], picked: Candidate) -> Iterator[Candidate]:
 
 def lp_start(problem: Problem, cands: list[list[Candidate]], choice: list[int],
              owner_side: bool = False, spread_hosts: bool = False, fill: float = 1.0,
-             piece_share: float = 1.0) -> Assignment | None:
+             piece_share: float = 1.0, held: bool = False) -> Assignment | None:
     """Place each table's chosen candidate (`choice[t]` indexes cands[t]), world-scope
     (data-parallel, row-wise) tables first; a table whose choice no longer fits takes its
     next candidate by work. None if one fits nowhere."""
@@ -127,6 +134,7 @@ def lp_start(problem: Problem, cands: list[list[Candidate]], choice: list[int],
             return None
     kept = sum(ch is not None and ch.cand is p for ch, p in zip(choices, picked, strict=True))
     pieces = f", pieces up to {piece_share:.0%} of the bound" if piece_share < 1 else ""
+    pieces += ", split tables over it kept their types" if held else ""
     note = (f"priced start: {kept} of {len(cands)} tables on the relaxation's choice at "
             f"{fill:.0%} of the cluster's memory{pieces}, replicas placed first")
     return Assignment([c for c in choices if c is not None], "lp+lpt", "feasible", [note])
