@@ -12,12 +12,13 @@ from scipy.optimize import linprog
 
 import planner.planning as planning
 from benchmarks.tight_memory import request as _tight
+from cost_models import ShardingType
 from planner import plan
 from planner.bounds import _dual, lagrangian_bound, lower_bound
 from planner.partition import pipeline
 from planner.partition.cpsat import makespan
 from planner.partition.greedy import greedy
-from planner.partition.lp_start import lp_start, relaxed_choices
+from planner.partition.lp_start import Relaxer, lp_start, relaxed_choices
 from planner.partition.policy import DEFAULT_POLICY
 from planner.planning import build_problem, candidates_for, resolve
 from planner.relaxation import candidate_matrix, cluster_caps, memory_matrix
@@ -118,3 +119,26 @@ def test_smaller_pieces_try_every_fuller_fill(monkeypatch) -> None:
     assert fills and min(fills) >= 0.93 and max(fills) > 0.93
     assert {s for _, s in seen} <= set(DEFAULT_POLICY.piece_shares[1:])
     assert makespan(problem, out.choices) <= makespan(problem, start.choices)
+
+
+def test_held_relaxation_keeps_split_tables_types() -> None:
+    """_held holds exactly the tables the plan split (neither table-wise nor data-parallel)
+    whose piece is over the cap, to their types; the relaxation under it chooses those
+    types, and pieces over the cap only where the held type has none under it."""
+    problem, cands = _setup(CASES[1])
+    bound = lower_bound(problem, cands)
+    start = greedy(problem, cands, bound.prices)
+    cap = bound.value_s * DEFAULT_POLICY.piece_shares[-1]
+    held = pipeline._held(cands, start, cap)
+    split = [t for t, ch in enumerate(start.choices) if ch.cand.max_piece > cap
+             and ch.cand.kind not in (ShardingType.TABLE_WISE, ShardingType.DATA_PARALLEL)]
+    assert split and held is not None
+    assert [t for t in range(len(cands)) if not held[t, :len(cands[t])].all()] == split
+    relaxed = Relaxer(problem, cands).choose(cap, 1.0, held)
+    assert relaxed is not None
+    for t in split:
+        picked = cands[t][relaxed.choice[t]]
+        assert picked.kind is start.choices[t].cand.kind
+        same = [c.max_piece for c in cands[t] if c.kind is picked.kind]
+        assert picked.max_piece <= cap or picked.max_piece == min(same)
+    assert pipeline._held(cands, start, float("inf")) is None
