@@ -142,3 +142,41 @@ def test_held_relaxation_keeps_split_tables_types() -> None:
         same = [c.max_piece for c in cands[t] if c.kind is picked.kind]
         assert picked.max_piece <= cap or picked.max_piece == min(same)
     assert pipeline._held(cands, start, float("inf")) is None
+
+
+def test_smaller_pieces_run_each_cap_free_and_held(monkeypatch) -> None:
+    """On 2 hosts, each cap's relaxation runs free and, where the best plan split tables
+    with pieces over the cap, once more with exactly those held (one call per distinct
+    choice to _grown, the held one flagged); without split tables over a cap, once."""
+    problem, cands = _setup({"model": "criteo_dcnv2", "hardware": {"preset": "h100", "hosts": 2}})
+    bound = lower_bound(problem, cands)
+    start = greedy(problem, cands, bound.prices)
+    masks: list[tuple[float, np.ndarray | None]] = []
+    grown: list[bool] = []
+
+    class Recording(Relaxer):
+        def choose(self, max_piece_s, fill, held=None):
+            masks.append((max_piece_s, held))
+            return super().choose(max_piece_s, fill, held)
+
+    def stub(*args, **kwargs):
+        grown.append(kwargs.get("held", False))
+        return args[4]  # best, unchanged
+
+    monkeypatch.setattr(pipeline, "Relaxer", Recording)
+    monkeypatch.setattr(pipeline, "_grown", stub)
+    monkeypatch.setattr(pipeline, "_waits", lambda *_: True)
+    out = pipeline._smaller_pieces(problem, cands, bound, start, False, 1.0, DEFAULT_POLICY)
+    assert out is start
+    held_caps = set()
+    for cap, held in masks:
+        split = {t for t, ch in enumerate(start.choices) if ch.cand.max_piece > cap
+                 and ch.cand.kind not in (ShardingType.TABLE_WISE, ShardingType.DATA_PARALLEL)}
+        if held is None:
+            continue
+        held_caps.add(cap)
+        assert split == {t for t in range(len(cands)) if not held[t, :len(cands[t])].all()}
+    caps = {cap for cap, _ in masks}
+    assert caps == {bound.value_s * s for s in DEFAULT_POLICY.piece_shares[1:]}
+    # The greedy split tables with pieces over every cap here but the first share's.
+    assert len(held_caps) >= len(caps) - 1 and any(grown) and not all(grown)

@@ -134,7 +134,7 @@ def lp_start(problem: Problem, cands: list[list[Candidate]], choice: list[int],
             return None
     kept = sum(ch is not None and ch.cand is p for ch, p in zip(choices, picked, strict=True))
     pieces = f", pieces up to {piece_share:.0%} of the bound" if piece_share < 1 else ""
-    pieces += ", split tables over it kept their types" if held else ""
+    pieces += ", the relaxation holding the split tables over it to their types" if held else ""
     note = (f"priced start: {kept} of {len(cands)} tables on the relaxation's choice at "
             f"{fill:.0%} of the cluster's memory{pieces}, replicas placed first")
     return Assignment([c for c in choices if c is not None], "lp+lpt", "feasible", [note])

@@ -140,13 +140,18 @@ def _smaller_pieces(problem: Problem, cands: list[list[Candidate]], bound: Lower
     return best
 
 
+# Sharding types that leave a table whole: _held never holds them.
+_UNSPLIT = (ShardingType.TABLE_WISE, ShardingType.DATA_PARALLEL)
+
+
 def _held(cands: list[list[Candidate]], best: Assignment, cap_s: float) -> np.ndarray | None:
-    """(T, C) usable candidates where each table already split in `best` (neither table-wise
-    nor data-parallel) whose piece is over `cap_s` keeps its sharding type, so that the cap
-    refines its split instead of trading it for another type; None when no table is held.
-    The free relaxation at hugectr_200 x 16 h100 hosts, pieces up to 25% of the bound, trades
-    the ten 50M-row table-row-wise tables for types whose pieces sit on more hosts; held, it
-    grows a plan of 39.74 ms instead of 40.23 (bound 36.04; zionex_a100: 80.16 -> 78.27)."""
+    """(T, C) usable candidates where each table already split in `best` (the best plan
+    before this cap and fill; neither table-wise nor data-parallel) whose piece is over
+    `cap_s` keeps its sharding type, so that the cap refines its split instead of trading
+    it for another type; None when no table is held. The free relaxation at hugectr_200 x 16
+    h100 hosts, pieces up to 25% of the bound, trades the ten 50M-row table-row-wise tables
+    for types whose pieces sit on more hosts; held, it grows a plan of 39.74 ms instead of
+    40.23 before ruin and recreate (bound 36.04; zionex_a100: 80.16 -> 78.27)."""
     width = max(len(c) for c in cands)
     out = np.ones((len(cands), width), dtype=bool)
     split = False
@@ -155,9 +160,6 @@ def _held(cands: list[list[Candidate]], best: Assignment, cap_s: float) -> np.nd
             out[t, :len(cands[t])] = [c.kind is ch.cand.kind for c in cands[t]]
             split = True
     return out if split else None
-
-
-_UNSPLIT = (ShardingType.TABLE_WISE, ShardingType.DATA_PARALLEL)
 
 
 def best_start(problem: Problem, cands: list[list[Candidate]], bound: LowerBound,
