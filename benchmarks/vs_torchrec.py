@@ -255,6 +255,16 @@ def _ratio(a: Any, b: Any) -> float | None:
     return None
 
 
+def _time_floor(t: Any) -> float | None:
+    """Seconds TorchRec's planner took at least: its time, or N where it ran past its limit
+    and the row says ">N"."""
+    if isinstance(t, int | float):
+        return float(t)
+    if isinstance(t, str) and t.startswith(">"):
+        return float(t[1:])
+    return None
+
+
 def _main_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Rows with our default solver; other solver options are a supplement."""
     return [r for r in rows if r.get("ours_solver_option", "auto") == "auto"]
@@ -263,6 +273,9 @@ def _main_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def summarise(all_rows: list[dict[str, Any]]) -> dict[str, Any]:
     for r in all_rows:
         r["speedup"] = _ratio(r.get("torchrec_plan_time_s"), r.get("ours_plan_time_s"))
+        # Where TorchRec ran past its limit the speedup is at least the limit over ours.
+        r["speedup_floor"] = _ratio(_time_floor(r.get("torchrec_plan_time_s")),
+                                    r.get("ours_plan_time_s"))
         # < 1: our plan's slowest GPU is faster than TorchRec's plan's, under that model.
         r["ratio_under_ours"] = _ratio(r.get("ours_under_ours_s"), r.get("torchrec_under_ours_s"))
         r["ratio_under_torchrec"] = _ratio(r.get("ours_under_torchrec_ms"),
@@ -290,7 +303,13 @@ def summarise(all_rows: list[dict[str, Any]]) -> dict[str, Any]:
         "median_best_possible_ratio_multihost": med(best_multi),
         "bounded_multihost": len(best_multi), "compared_multihost": len(multi),
         "speedup_200_tables_16_gpus": key[0]["speedup"] if key else None,
+        "speedup_200_tables_16_gpus_floor": key[0]["speedup_floor"] if key else None,
         "median_speedup": med([r["speedup"] for r in rows if r["speedup"] is not None]),
+        # A median of lower bounds is a lower bound of the median (it is monotone in each).
+        "median_speedup_floor": med([r["speedup_floor"] for r in rows
+                                     if r["speedup_floor"] is not None]),
+        "speedup_floor_cases": sum(r["speedup_floor"] is not None for r in rows),
+        "speedup_cases": sum(r["speedup"] is not None for r in rows),
         "supplement": [{k: r.get(k) for k in ("fixture", "gpus", "ours_solver_option",
                                               "ours_plan_time_s", "torchrec_plan_time_s",
                                               "speedup", "ratio_under_ours",
@@ -337,6 +356,35 @@ def _fmt(v: Any, spec: str) -> str:
     return format(v, spec) if isinstance(v, int | float) else ("-" if v is None else str(v))
 
 
+def speed_cell(r: dict[str, Any]) -> str:
+    if r.get("speedup") is not None or r.get("speedup_floor") is None:
+        return _fmt(r.get("speedup"), ".1f")
+    return f">{r['speedup_floor']:.0f}"
+
+
+def speed_line(summary: dict[str, Any]) -> str:
+    """The planning-time summary: measured where TorchRec finished, a floor (its limit over
+    our time) where it ran past the limit, the target judged on what is known."""
+    exact = summary.get("speedup_200_tables_16_gpus")
+    floor = summary.get("speedup_200_tables_16_gpus_floor")
+    if exact is not None:
+        key = f"{exact:.1f}x"
+        verdict = "holds" if exact >= TARGET_SPEEDUP else "MISSED"
+    elif floor is not None:
+        key = f"more than {floor:.0f}x (TorchRec's planner ran past its {CASE_TIMEOUT_S} s limit)"
+        verdict = "holds" if floor >= TARGET_SPEEDUP else "unknown: the floor is under it"
+    else:
+        key, verdict = "-", "unknown"
+    line = (f"- planning time, 200 tables on 16 GPUs (hugectr_200, 2 hosts): TorchRec / ours = "
+            f"{key} (target {TARGET_SPEEDUP:g}x: {verdict}); median over the "
+            f"{summary.get('speedup_cases', '-')} cases TorchRec finished "
+            f"{_fmt(summary['median_speedup'], '.1f')}x")
+    if summary.get("speedup_floor_cases", 0) > summary.get("speedup_cases", 0):
+        line += (f", over all {summary['speedup_floor_cases']} (those past the limit at it) "
+                 f"at least {summary['median_speedup_floor']:.1f}x")
+    return line
+
+
 def markdown(all_rows: list[dict[str, Any]], summary: dict[str, Any], meta: dict[str, Any],
              notes: str = "", referee: dict[str, Any] | None = None) -> str:
     rows = _main_rows(all_rows)
@@ -365,9 +413,7 @@ def markdown(all_rows: list[dict[str, Any]], summary: dict[str, Any], meta: dict
         f"{CASE_TIMEOUT_S} s.", "",
         "## Summary", "",
         f"- cases: {summary['cases']}, compared under both models: {summary['compared']}",
-        f"- planning time, 200 tables on 16 GPUs (hugectr_200, 2 hosts): TorchRec / ours = "
-        f"{_fmt(summary['speedup_200_tables_16_gpus'], '.1f')}x (target {TARGET_SPEEDUP:g}x);"
-        f" median over cases {_fmt(summary['median_speedup'], '.1f')}x",
+        speed_line(summary),
         f"- median ratio under our cost model: {_fmt(summary['median_ratio_under_ours'], '.3f')}"
         f" (multi-host {_fmt(summary['median_ratio_under_ours_multihost'], '.3f')})",
         f"- median ratio under TorchRec's estimators: "
@@ -397,7 +443,7 @@ def markdown(all_rows: list[dict[str, Any]], summary: dict[str, Any], meta: dict
             f"| {r['fixture']} | {r.get('gpus', '-')} | {r.get('tables', '-')} "
             f"| {_fmt(r.get('ours_plan_time_s'), '.2f')} "
             f"| {_fmt(r.get('torchrec_plan_time_s'), '.1f')} {_status(r)} "
-            f"| {_fmt(r.get('speedup'), '.1f')} "
+            f"| {speed_cell(r)} "
             f"| {_fmt(ms(r.get('ours_under_ours_s')), '.3f')} "
             f"| {_fmt(ms(r.get('torchrec_under_ours_s')), '.3f')} "
             f"| {_fmt(r.get('ratio_under_ours'), '.3f')} "
@@ -476,6 +522,17 @@ def _referee_only() -> None:
         payload["referee"]))
 
 
+def _render() -> None:
+    """The committed results summarised and written again by this code (no case runs)."""
+    from benchmarks import RESULTS
+
+    payload = json.loads((RESULTS / "vs_torchrec.json").read_text())
+    payload["summary"] = summarise(payload["cases"])
+    write_results("vs_torchrec", payload, markdown(
+        payload["cases"], payload["summary"], payload["meta"], payload.get("notes", ""),
+        payload.get("referee")))
+
+
 def _meta() -> dict[str, Any]:
     import platform
     from importlib.metadata import version
@@ -521,12 +578,17 @@ def main() -> None:
     ap.add_argument("--notes", help="markdown appended to the results (analysis of a run)")
     ap.add_argument("--from-log", help="rebuild the results from a run's printed rows (a run "
                                        "stopped before its end still printed each case)")
+    ap.add_argument("--render", action="store_true",
+                    help="summarise the committed results again and rewrite them (no run)")
     ap.add_argument("--referee-only", action="store_true",
                     help="run the measured referee (benchmarks/referee.py) alone, into the "
                          "committed results")
     args = ap.parse_args()
     if args.referee_only:
         _referee_only()
+        return
+    if args.render:
+        _render()
         return
     if args.case:
         run_case(args.case[0], int(args.case[1]), Path(args.out), args.solver)
