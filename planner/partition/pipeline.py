@@ -154,12 +154,11 @@ def _held(cands: list[list[Candidate]], best: Assignment, cap_s: float) -> np.nd
     40.23 before ruin and recreate (bound 36.04; zionex_a100: 80.16 -> 78.27)."""
     width = max(len(c) for c in cands)
     out = np.ones((len(cands), width), dtype=bool)
-    split = False
     for t, ch in enumerate(best.choices):
         if ch.cand.max_piece > cap_s and ch.cand.kind not in _UNSPLIT:
             out[t, :len(cands[t])] = [c.kind is ch.cand.kind for c in cands[t]]
-            split = True
-    return out if split else None
+    # All usable (no table held, or each held one has no other type): the free relaxation.
+    return None if out.all() else out
 
 
 def best_start(problem: Problem, cands: list[list[Candidate]], bound: LowerBound,
