@@ -63,9 +63,10 @@ def predictions(hardware: dict[str, Any], name: str
     return out, steps
 
 
-def score(hardware: dict[str, Any], measured: dict[str, Any]) -> dict[str, Any]:
+def score(hardware: dict[str, Any], measured: dict[str, Any], clock: str = "wall"
+          ) -> dict[str, Any]:
     """Per calibrated pass of `measured` (fidelity.json): the benchmark's summary figures
-    for the profile's predictions."""
+    for the profile's predictions, collectives measured in `clock` (wall or cpu)."""
     passes = []
     # Each run executed the same plans: each is priced once under the profile.
     priced: dict[str, tuple[list[dict[str, float]], list[float]]] = {}
@@ -73,7 +74,7 @@ def score(hardware: dict[str, Any], measured: dict[str, Any]) -> dict[str, Any]:
         errs: dict[str, list[float]] = {ph: [] for ph in PHASES}
         pred_steps, meas_steps, slowest = [], [], []
         for name, res in sorted(run["plans"].items()):
-            comp = res["by_clock"]["wall"]
+            comp = res["by_clock"][clock]
             if name not in priced:
                 priced[name] = predictions(hardware, name)
             pred, totals = priced[name]
@@ -107,9 +108,12 @@ def _line(label: str, p: dict[str, Any]) -> str:
             f"{'-' if slow is None else f'{slow:.0%}'} | {by} |")
 
 
-def calibrations(n: int) -> None:
-    """`planner calibrate` n times, each scored against the committed measurements; the
-    results written (module docstring)."""
+CLOCK_WORDS = {"wall": "wall time after a barrier", "cpu": "their threads' CPU time"}
+
+
+def calibrations(n: int, clock: str = "wall") -> None:
+    """`planner calibrate` n times, each scored against the committed measurements
+    (collectives in `clock`); the results written (module docstring)."""
     measured = json.loads((RESULTS / "fidelity.json").read_text())
     rows: list[dict[str, Any]] = []
     t0 = time.monotonic()
@@ -120,15 +124,17 @@ def calibrations(n: int) -> None:
                             str(RANKS), "--quiet", "-o", str(out)], check=True,
                            stdout=subprocess.DEVNULL)
             hw = json.loads(out.read_text())
-            rows.append({"constants": hw["constants"], **score(hw, measured)})
-    committed = score(json.loads((RESULTS / "fidelity_profile.json").read_text()), measured)
+            rows.append({"constants": hw["constants"], **score(hw, measured, clock)})
+    committed = score(json.loads((RESULTS / "fidelity_profile.json").read_text()), measured,
+                      clock)
     lines = ["# Calibrations scored against one set of measurements", "",
              "Command: `PYTHONPATH=. python -m benchmarks.fidelity_rescore --calibrations "
-             f"{n}`; {time.monotonic() - t0:.0f} s. Measurements: the committed "
-             f"`fidelity.json` (code {measured['code']['commit'][:10]}), its calibrated "
-             "passes, collectives in wall time. Each row is a fresh `planner calibrate` on "
-             "this machine, its profile pricing the same kept layouts; the spread between "
-             "rows is the calibration's own, with the executions held fixed.", "",
+             f"{n} --clock {clock}`; {time.monotonic() - t0:.0f} s. Measurements: the "
+             f"committed `fidelity.json` (code {measured['code']['commit'][:10]}), its "
+             f"calibrated passes, collectives in {CLOCK_WORDS[clock]}. Each row is a fresh "
+             "`planner calibrate` on this machine, its profile pricing the same kept "
+             "layouts; the spread between rows is the calibration's own, with the "
+             "executions held fixed.", "",
              "| profile, pass | Spearman(predicted, measured step) | median \\|error\\| "
              "per rank and phase | predicted slowest = measured | median signed error "
              "per phase |", "|---|---:|---:|---:|---|"]
@@ -140,7 +146,7 @@ def calibrations(n: int) -> None:
     errs = [p["median_abs_error"] for r in rows for p in r["passes"]]
     lines += ["", f"Median |error| over the {n} calibrations' passes: {min(errs):.1%} to "
               f"{max(errs):.1%} (median {statistics.median(errs):.1%}).", ""]
-    write_results("fidelity_rescore", {"measured_code": measured["code"],
+    write_results("fidelity_rescore", {"measured_code": measured["code"], "clock": clock,
                                        "committed_profile": committed,
                                        "calibrations": rows}, "\n".join(lines))
     print("\n".join(lines))
@@ -151,12 +157,15 @@ def main() -> None:
     ap.add_argument("profiles", nargs="*", help="hardware profile JSON files to score")
     ap.add_argument("--calibrations", type=int, default=0,
                     help="run planner calibrate this many times and score each")
+    ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                    help="the collectives' measured clock to score against (fidelity.json "
+                         "holds both)")
     args = ap.parse_args()
     if args.calibrations:
-        calibrations(args.calibrations)
+        calibrations(args.calibrations, args.clock)
     measured = json.loads((RESULTS / "fidelity.json").read_text())
     for path in args.profiles:
-        out = score(json.loads(Path(path).read_text()), measured)
+        out = score(json.loads(Path(path).read_text()), measured, args.clock)
         for i, p in enumerate(out["passes"], 1):
             print(_line(f"{path}, pass {i}", p))
 

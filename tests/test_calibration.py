@@ -161,11 +161,109 @@ def test_calibrate_command_writes_a_profile_plan_accepts(tmp_path: Path) -> None
     # Lookups and backwards from the executed calibration plans: one point per rank each.
     assert len(prov["measurements"]["lookup"]) == 4 * 2
     assert all(pt["seconds"] > 0 and pt["parts"] for pt in prov["measurements"]["backward"])
+    # Their all-to-all phases: three per rank, in the threads' CPU time (step_clock).
+    assert len(prov["measurements"]["step_alltoall"]) == 4 * 2 * 3
+    assert prov["step_alltoall_clock"] == "cpu"
+    assert spec_a2a(out) == prov["fits"]["step_alltoall"]["constants"]["a2a_call_latency_s"][
+        "value"]
     # The overlap pair (one calibration plan in turn and pipelined): a point per rank.
     assert len(prov["measurements"]["overlap"]) == 2
     assert 0.0 <= prov["fits"]["overlap"]["value"] <= 1.0
     p = CliRunner().invoke(app, ["plan", "criteo_kaggle", "--hardware", str(out)])
     assert p.exit_code == 0, p.output
+
+
+def spec_a2a(path: Path) -> float:
+    return float(json.loads(path.read_text())["constants"]["a2a_call_latency_s"])
+
+
+def _priced_a2a_phases(hardware: dict[str, object]) -> Measurements:
+    """The calibration plans priced by the model under `hardware`, each GPU's all-to-all
+    phases as `planner execute --compare` maps the model's terms onto them
+    (compare.predicted_phases), taken as if measured: executed.a2a_points of them."""
+    from planner.calibration.executed import a2a_points, calibration_plan, plans_needed
+    from planner.executor.compare import predicted_phases
+    from planner.executor.predict import predict
+
+    m = Measurements()
+    for i in range(plans_needed(2)):
+        plan = calibration_plan(i, 2, hardware)
+        ranks, _ = predict(plan)
+        phases = [predicted_phases(g.cost.model_dump(), ranks[g.rank].bytes["output_fwd"],
+                                   ranks[g.rank].bytes["output_bwd"])
+                  for g in sorted(plan.gpus, key=lambda g: g.rank)]
+        m.step_alltoall += a2a_points(plan, phases)
+    return m
+
+
+def test_step_alltoall_fit_inverts_the_model_on_the_calibration_plans() -> None:
+    """The all-to-all's call fitted where the executor makes it (executed.a2a_points: the
+    executor's calls, predict's bytes) over phases the model priced under a known call, peer
+    latency and link: the call comes back, with the peer term and the link held at the
+    microbenchmarks' (a stand-in fit). Held at a wrong link, it does not."""
+    from planner.calibration.fit import FitResult
+    from planner.calibration.profile import COLLECTIVE_NAMES, fit_step_alltoall
+    from planner.presets import preset_dict
+
+    call, peer, eff = 2.7e-4, 3e-5, 0.004
+    hardware = preset_dict("h100")
+    hardware = {**hardware, "constants": {**hardware.get("constants", {}),
+                                          "a2a_call_latency_s": call,
+                                          "a2a_peer_latency_s": peer,
+                                          "nvlink_efficiency": eff}}
+    m = _priced_a2a_phases(hardware)
+    assert len(m.step_alltoall) == plans_needed_ranks(2) * 3
+    assert min(pt["bytes"] for pt in m.step_alltoall) > 0
+    inv_link = 1 / (hardware["links"]["nvlink_gb_per_s"] * 1e9 * eff)
+
+    def micro(inv: float) -> FitResult:
+        values = dict.fromkeys(COLLECTIVE_NAMES, 0.0) | {"a2a_peer_latency_s": peer,
+                                                         "inv_link_bw": inv}
+        n = len(COLLECTIVE_NAMES)
+        return FitResult(COLLECTIVE_NAMES, tuple(values[k] for k in COLLECTIVE_NAMES),
+                         (0.0,) * n, ((0.0, 0.0),) * n, 0.0, 0.0, 10, 0)
+
+    fit = fit_step_alltoall(m, micro(inv_link))
+    assert fit is not None
+    assert fit.value("a2a_call_latency_s") == pytest.approx(call, rel=1e-6)
+    assert fit.rel_residual_p90 < 1e-6
+    wrong = fit_step_alltoall(m, micro(inv_link / 10))
+    assert wrong is not None and wrong.rel_residual_p90 > 0.01
+
+
+def plans_needed_ranks(ranks: int) -> int:
+    """Points the calibration plans give per phase: one per rank of each plan."""
+    from planner.calibration.executed import plans_needed
+
+    return plans_needed(ranks) * ranks
+
+
+def test_profile_takes_the_call_from_the_plans_steps_and_the_link_from_the_benchmarks(
+) -> None:
+    """With the calibration plans' all-to-all phases measured, the profile's call latency
+    is theirs (the microbenchmarks' call, timed alone, ran short of the executor's), its
+    link and peer terms the microbenchmarks'; both fits are in the provenance."""
+    m = synthetic(0.0, 0.0)
+    step_call = 1.5 * TRUE["a2a_call_latency_s"]
+    for b in (2e3, 3e4, 9e4):
+        for phase, calls in (("input_a2a", 2), ("output_a2a_fwd", 2)):
+            m.step_alltoall.append({"plan": 0, "rank": 0, "phase": phase, "world": 2.0,
+                                    "calls": float(calls), "bytes": b, "seconds": calls * (
+                                        step_call + TRUE["a2a_peer_latency_s"])
+                                    + b * TRUE["inv_link_bw"]})
+    spec, prov = build_profile("h100", m, "cpu", "planner calibrate (test)")
+    c = HardwareSpec.model_validate(spec).constants
+    assert c.a2a_call_latency_s == pytest.approx(step_call, rel=1e-3)
+    assert c.a2a_peer_latency_s == pytest.approx(TRUE["a2a_peer_latency_s"], rel=0.05)
+    micro = prov["fits"]["collectives"]["constants"]["a2a_call_latency_s"]["value"]
+    assert micro == pytest.approx(TRUE["a2a_call_latency_s"], rel=0.05)
+    assert prov["fits"]["step_alltoall"]["points"] == 6
+    # Without them, the microbenchmarks' call stands.
+    m.step_alltoall.clear()
+    spec, prov = build_profile("h100", m, "cpu", "planner calibrate (test)")
+    assert prov["fits"]["step_alltoall"] is None
+    assert HardwareSpec.model_validate(spec).constants.a2a_call_latency_s == pytest.approx(
+        TRUE["a2a_call_latency_s"], rel=0.05)
 
 
 def test_calibrate_cuda_refuses_without_a_gpu(tmp_path: Path) -> None:

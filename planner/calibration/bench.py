@@ -97,6 +97,8 @@ class Measurements:
     host: list[dict[str, Any]] = field(default_factory=list)
     # Per rank of a calibration plan run in turn and pipelined (executed.bench_overlap).
     overlap: list[dict[str, float]] = field(default_factory=list)
+    # Per rank and all-to-all phase of the calibration plans (executed.a2a_points).
+    step_alltoall: list[dict[str, float]] = field(default_factory=list)
 
 
 # An all-reduce bucket of 1 table, and the same rows as 8 tables: a call's cost per table.

@@ -120,9 +120,10 @@ def register(app: typer.Typer) -> None:
 
         try:
             # Lookups and backwards: small table-wise plans run by the executor itself.
-            m.lookup, m.backward = bench_executed(cfg.compute_ranks, device.value, preset,
-                                                  cfg.executed_reps, tick,
-                                                  cfg.executed_plans)
+            # and their all-to-all phases, where the all-to-all's call is timed.
+            got = bench_executed(cfg.compute_ranks, device.value, preset, cfg.executed_reps,
+                                 tick, cfg.executed_plans)
+            m.lookup, m.backward, m.step_alltoall = got.lookup, got.backward, got.alltoall
         except (RuntimeError, OSError) as exc:
             fail(f"calibration plans failed to run: {exc}", 4)
         if cfg.compute_ranks >= 2:
@@ -163,7 +164,8 @@ def register(app: typer.Typer) -> None:
             f"{k} {v:.3g}" if v else f"{k} not seen (preset's kept)" for k, v in eff.items()))
         for name in (n for n in (*KERNEL_NAMES, *HOST_NAMES, *COLLECTIVE_NAMES)
                      if not n.startswith("inv_")):
-            fit = fits["kernels"]["constants"].get(name) or \
+            fit = (fits["step_alltoall"] or {"constants": {}})["constants"].get(name) or \
+                fits["kernels"]["constants"].get(name) or \
                 (fits["host"] or {"constants": {}})["constants"].get(name) or \
                 (fits["collectives"] or {"constants": {}})["constants"].get(name)
             interval = f"95% {fit['ci95'][0]:.3g} .. {fit['ci95'][1]:.3g}" if fit else \
@@ -175,7 +177,7 @@ def register(app: typer.Typer) -> None:
                  f"{ov['points']} ranks"
                  + ("" if ov["determined"] else f": not determined, {preset}'s kept") + ")"
                  if ov else f"({preset}'s)"))
-        for k in ("kernels", "host", "collectives"):
+        for k in ("kernels", "host", "collectives", "step_alltoall"):
             f = fits[k]
             if f is None:
                 continue

@@ -14,11 +14,22 @@ pieces, of the cost model's own terms (traffic.piece_traffic: bytes, ids, distin
 beside the measured seconds. The fit is then the model's form over the executor's own
 phases. The shapes span what scaled-down fixtures hold (30 to 200,000 rows, dims 16 to 128,
 bags of 1 to 80 ids, every optimizer); none is a plan benchmarks/fidelity scores.
+
+The same executions time the all-to-all's call where the plans make it (a2a_points): two
+calls a phase, each after an untimed barrier, with the step's packing between them. There a
+call cost 0.25-0.27 ms of its threads' CPU time on this 2-core machine, against 0.20-0.24
+ms for the same small message timed alone after a lookup (bench.py's microbenchmark), and
+the fidelity plans' all-to-alls ran 16-23% over the microbenchmark's fit (9c318a0). The
+microbenchmarks still give the bandwidth and the per-peer term (sizes to 1 MB, several world
+sizes); the call's latency is fitted on these phases with those held
+(profile.fit_step_alltoall).
 """
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from cost_models.latency import INPUT_A2A_CALLS, OUTPUT_A2A_CALLS
 from cost_models.traffic import piece_traffic
 from cost_models.types import Optimizer
 from planner.plan_model import Plan
@@ -144,14 +155,54 @@ def rank_points(plan: Plan, measured: list[dict[str, float]]
     return lookup, backward
 
 
+def a2a_points(plan: Plan, measured: list[dict[str, float]]) -> list[dict[str, Any]]:
+    """Per rank and all-to-all phase of one calibration plan (one host): its `measured`
+    seconds beside the model's terms for it, the calls the executor makes
+    (cost_models.latency: the input's two, two each way of the output's) and the bytes the
+    rank receives (executor.predict's counts, the pieces' intra-host traffic the model
+    prices over the link): t = calls x (call + peer x (W - 1)) + bytes x inv_link."""
+    from planner.executor.predict import predict
+
+    ranks, _ = predict(plan)
+    world = len(ranks)
+    out = []
+    for rp, seconds in zip(ranks, measured, strict=True):
+        b = rp.bytes
+        for phase, calls, nbytes in (
+                ("input_a2a", INPUT_A2A_CALLS, b["input_lengths"] + b["input_ids"]),
+                ("output_a2a_fwd", OUTPUT_A2A_CALLS // 2, b["output_fwd"]),
+                ("output_a2a_bwd", OUTPUT_A2A_CALLS // 2, b["output_bwd"])):
+            out.append({"rank": rp.rank, "phase": phase, "world": float(world),
+                        "calls": float(calls), "bytes": float(nbytes),
+                        "seconds": seconds[phase]})
+    return out
+
+
+@dataclass(frozen=True)
+class ExecutedPoints:
+    """What the calibration plans' executions give the fits: per rank, its lookup and
+    backward phases (rank_points) and its all-to-all phases (a2a_points)."""
+
+    lookup: list[dict[str, Any]]
+    backward: list[dict[str, Any]]
+    alltoall: list[dict[str, Any]]
+
+
+def step_clock(device: str) -> str:
+    """The clock a calibration plan's all-to-alls are read in: on CPU the CPU time of the
+    threads doing them (their exchange without the wait for a peer's thread to be scheduled,
+    which a shared machine adds and a dedicated one does not; benchmarks/fidelity scores that
+    clock), on a GPU wall time after a synchronize (NCCL's work is the device's)."""
+    return "cpu" if device == "cpu" else "wall"
+
+
 def bench_executed(ranks: int, device: str, preset: str, reps: int,
-                   tick: Callable[[], None], plans: int | None = None
-                   ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(lookup points, backward points): one per rank of each calibration plan, its pieces
-    summed (`launches` pieces; `parts` each piece's shape and bytes, for the device-cache
-    split), its seconds the executor's measured phase. `plans`: how many (default: every
-    shape once)."""
-    lookup, backward = [], []
+                   tick: Callable[[], None], plans: int | None = None) -> ExecutedPoints:
+    """One point per rank of each calibration plan for its lookup and backward (its pieces
+    summed: `launches` pieces; `parts` each piece's shape and bytes, for the device-cache
+    split) and one per rank and all-to-all phase, its seconds the executor's measured phase
+    (collectives in step_clock). `plans`: how many (default: every shape once)."""
+    lookup, backward, alltoall = [], [], []
     hardware = preset_dict(preset)
     scale = CUDA_BATCH_SCALE if device == "cuda" else 1
     planned = [calibration_plan(i, ranks, hardware, scale)
@@ -159,11 +210,13 @@ def bench_executed(ranks: int, device: str, preset: str, reps: int,
     runs = _in_rounds(planned, device, reps, tick)
     for i, p in enumerate(planned):
         measured = [{ph: v["measured"] for ph, v in row["phases"].items()}
-                    for row in _measured(p, runs[i], device)]
+                    for row in _measured(p, runs[i], device, step_clock(device))]
         lk, bw = rank_points(p, measured)
         lookup += [{"plan": i, **pt} for pt in lk]
         backward += [{"plan": i, **pt} for pt in bw]
-    return lookup, backward
+        if ranks >= 2:
+            alltoall += [{"plan": i, **pt} for pt in a2a_points(p, measured)]
+    return ExecutedPoints(lookup, backward, alltoall)
 
 
 def _in_rounds(planned: list[Plan], device: str, reps: int, tick: Callable[[], None]
@@ -185,12 +238,13 @@ def _in_rounds(planned: list[Plan], device: str, reps: int, tick: Callable[[], N
     return runs
 
 
-def _measured(plan: Plan, runs: "list[ExecutionReport]", device: str) -> list[dict[str, Any]]:
+def _measured(plan: Plan, runs: "list[ExecutionReport]", device: str, clock: str = "wall"
+              ) -> list[dict[str, Any]]:
     """Per rank (in rank order), `planner execute --compare`'s row of `plan` over its
-    executions `runs` (each phase the median over them)."""
+    executions `runs` (each phase the median over them; collectives in `clock`)."""
     from planner.executor.compare import compare
 
-    cmp = compare(plan, runs[0].ranks, device, collective_clock="wall",
+    cmp = compare(plan, runs[0].ranks, device, collective_clock=clock,
                   repeats=[r.ranks for r in runs[1:]])
     return sorted(cmp["ranks"], key=lambda row: row["rank"])
 

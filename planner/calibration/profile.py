@@ -51,6 +51,7 @@ from cost_models.sizes import optimizer_state_row_bytes
 from cost_models.traffic import device_resident
 from cost_models.types import Optimizer
 from planner.calibration.bench import Measurements, to_arrays
+from planner.calibration.executed import step_clock
 from planner.calibration.fit import FitResult, fit_linear
 from planner.presets import preset_dict
 
@@ -286,6 +287,23 @@ def fit_collectives(m: Measurements) -> FitResult:
     return _fit_seen_columns(x, t, COLLECTIVE_NAMES)
 
 
+def fit_step_alltoall(m: Measurements, coll: FitResult) -> FitResult | None:
+    """The all-to-all's call latency where the executor makes the call: the calibration
+    plans' all-to-all phases (executed.a2a_points), t = calls x (call + peer x (W - 1)) +
+    bytes x inv_link, with the peer term and the bandwidth the microbenchmarks' (`coll`: sizes
+    to 1 MB and several world sizes see them; a plan's phases of tens of kB on one world size
+    do not). None without such points (one rank)."""
+    pts = m.step_alltoall
+    if not pts:
+        return None
+    peer, inv_link = coll.value("a2a_peer_latency_s"), coll.value("inv_link_bw")
+    calls = np.array([[float(r["calls"])] for r in pts])
+    offset = np.array([float(r["calls"]) * peer * (float(r["world"]) - 1)
+                       + float(r["bytes"]) * inv_link for r in pts])
+    t = np.array([float(r["seconds"]) for r in pts])
+    return fit_linear(calls, t, ("a2a_call_latency_s",), offset=offset)
+
+
 # The input format's largest bandwidth (planner/spec/hardware.py GBps), GB/s.
 _MAX_GBPS = 1e6
 # The hardware schema's least bandwidth and efficiency (planner/spec/hardware.py).
@@ -336,6 +354,9 @@ def build_profile(preset: str, m: Measurements, device: str, command: str
     hfit = fit_host(m)
     # One rank (or one GPU) measures no collective: their constants stay the preset's.
     coll = fit_collectives(m) if m.alltoall and m.allreduce else None
+    # The call's latency where the executor makes it, when the calibration plans ran on
+    # several ranks (executed.py); else the microbenchmarks'.
+    step = fit_step_alltoall(m, coll) if coll is not None else None
     spec = preset_dict(preset)
     consts = dict(spec.get("constants", {}))
     kept: list[str] = []
@@ -396,7 +417,7 @@ def build_profile(preset: str, m: Measurements, device: str, command: str
     fits = [f for f in (kern, hfit, coll) if f is not None]
     if coll is None:
         kept += [n for n in COLLECTIVE_NAMES if not n.startswith("inv_")]
-    for fit in fits:
+    for fit in (*fits, *([step] if step else [])):  # the step's call after the microbenchmarks'
         for name, value in zip(fit.names, fit.values, strict=True):
             if not name.startswith("inv_"):
                 consts[name] = min(float(value), 1.0)
@@ -422,7 +443,8 @@ def build_profile(preset: str, m: Measurements, device: str, command: str
         "Fit residuals (relative): " + "; ".join(
             f"{k} median {f.rel_residual_median:.3f}, p90 {f.rel_residual_p90:.3f} over "
             f"{f.points} points" for k, f in (("kernels", kern), ("host tiers", hfit),
-                                              ("collectives", coll))
+                                              ("collectives", coll),
+                                              ("all-to-all calls in the plans' steps", step))
             if f is not None) + ". Every interval: the provenance file beside this one."
         + (f" Not seen by the data, kept from {preset}: {', '.join(kept)}." if kept else ""),
     ]
@@ -441,11 +463,17 @@ def build_profile(preset: str, m: Measurements, device: str, command: str
         # Compute timed as the ranks time their timed steps (bench.py), no memory probe.
         "compute_clock": ("wall time after a device synchronize" if device == "cuda" else
                           "thread CPU time (time.thread_time), as comm.Timer"),
+        # The microbenchmarks' collectives: wall time after a barrier, each rank's lower
+        # quartile (bench.py); the calibration plans' all-to-alls: executed.step_clock.
+        "step_alltoall_clock": step_clock(device) if step else None,
         "device_cache_tried": {str(c): f.rel_residual_median for c, f in tried.items()},
         "fits": {"kernels": kern.as_dict(),
                  "host": ({**hfit.as_dict(), "by_tier": host_residuals_by_tier(m, hfit)}
                           if hfit else None),
                  "collectives": coll.as_dict() if coll else None,
+                 # Its a2a_call_latency_s is the profile's (the collectives' own is the
+                 # microbenchmarks' alone).
+                 "step_alltoall": step.as_dict() if step else None,
                  "overlap": overlap},
         "effective_bandwidth_gb_per_s": {
             k: (1e-9 / v if v > 0 else None) for k, v in (
@@ -456,6 +484,6 @@ def build_profile(preset: str, m: Measurements, device: str, command: str
         "kept_from_preset": kept,
         "measurements": {"lookup": m.lookup, "backward": m.backward, "host": m.host,
                          "alltoall": m.alltoall, "allreduce": m.allreduce,
-                         "overlap": m.overlap},
+                         "overlap": m.overlap, "step_alltoall": m.step_alltoall},
     }
     return spec, provenance
