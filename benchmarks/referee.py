@@ -18,7 +18,9 @@ keeps), it
   measured ones, compute in the rank thread's CPU time, collectives in wall time after a
   barrier, their lower quartile), `RUNS` times each, alternating, and reports each plan's
   measured step time (the slowest rank's sum over the phases the model prices) and the
-  ratio ours / TorchRec's.
+  ratio ours / TorchRec's; beside it the same executions with the collectives in their
+  threads' CPU time (`compare_cpu`), the clock `planner calibrate` fits the all-to-all's
+  call in on CPU and the steadier one on this shared machine.
 
 A plan TorchRec's planner cannot make, or that our executor cannot run, is reported with
 the reason, never dropped.
@@ -49,6 +51,9 @@ def _measure(plan: Any, batch: int) -> dict[str, Any]:
     rep = timed_execution(plan, 1.0, batch, warmup_for(plan, 1.0, batch))
     pl = rep.compare["plan"]
     return {"measured_step_s": pl["measured_step_s"], "predicted_step_s": pl["predicted_step_s"],
+            # The same execution, collectives in their threads' CPU time (the clock
+            # `planner calibrate` fits the all-to-all's call in on CPU; steadier here).
+            "measured_step_cpu_s": rep.compare_cpu["plan"]["measured_step_s"],
             "checks_failed": [c.name for c in rep.checks if not c.ok]}
 
 
@@ -97,12 +102,15 @@ def run_case(fixture: str, hosts: int, gpus: int, scale: float, batch: int,
     for who, rs in runs.items():
         if rs:
             row[f"{who}_measured_s"] = [r["measured_step_s"] for r in rs]
+            row[f"{who}_measured_cpu_s"] = [r["measured_step_cpu_s"] for r in rs]
             row[f"{who}_predicted_scaled_s"] = rs[0]["predicted_step_s"]
             row[f"{who}_checks_failed"] = sorted({c for r in rs for c in r["checks_failed"]})
     if row.get("ours_measured_s") and row.get("torchrec_measured_s"):
         o = statistics.median(row["ours_measured_s"])
         t = statistics.median(row["torchrec_measured_s"])
         row["measured_ratio"] = o / t  # ours / TorchRec's: below 1, ours ran faster
+        row["measured_ratio_cpu"] = statistics.median(row["ours_measured_cpu_s"]) / \
+            statistics.median(row["torchrec_measured_cpu_s"])
         row["predicted_ratio"] = row["ours_predicted_scaled_s"] / row[
             "torchrec_predicted_scaled_s"]
     return row
@@ -115,15 +123,25 @@ def run_all(hardware: dict[str, Any]) -> dict[str, Any]:
         row = run_case(*case, hardware=hardware)
         rows.append(row)
         print("REFEREE " + json.dumps(row), flush=True)
-    ratios = [r["measured_ratio"] for r in rows if "measured_ratio" in r]
-    agree = [(r["measured_ratio"] < 1) == (r["predicted_ratio"] < 1) for r in rows
-             if "measured_ratio" in r and abs(r["measured_ratio"] - 1) > 0.05]
     return {"cases": rows, "seconds": time.perf_counter() - t0, "runs": RUNS,
-            "hardware": hardware.get("name"),
-            "median_measured_ratio": statistics.median(ratios) if ratios else None,
-            # Over the cases whose two plans differ by more than 5% measured: does our model
-            # say which one is faster?
+            "hardware": hardware.get("name"), **summary(rows, "measured_ratio"),
+            **{f"{k}_cpu": v for k, v in summary(rows, "measured_ratio_cpu").items()}}
+
+
+def summary(rows: list[dict[str, Any]], key: str) -> dict[str, Any]:
+    """The median measured ratio (`key`: collectives in wall or CPU time) and, over the
+    cases whose two plans differ by more than 5% measured, in how many our model says which
+    one is faster."""
+    ratios = [r[key] for r in rows if key in r]
+    agree = [(r[key] < 1) == (r["predicted_ratio"] < 1) for r in rows
+             if key in r and abs(r[key] - 1) > 0.05]
+    return {"median_measured_ratio": statistics.median(ratios) if ratios else None,
             "model_picks_the_faster": (sum(agree), len(agree))}
+
+
+def cpu_ratio(r: dict[str, Any]) -> str:
+    """A case's ratio with CPU-time collectives ("-" in results from before it was kept)."""
+    return f"{r['measured_ratio_cpu']:.3f}" if "measured_ratio_cpu" in r else "-"
 
 
 def markdown(ref: dict[str, Any]) -> list[str]:
@@ -141,10 +159,17 @@ def markdown(ref: dict[str, Any]) -> list[str]:
          if ref["median_measured_ratio"] is not None else "No case ran both plans")
         + f"; our model named the faster plan in {ref['model_picks_the_faster'][0]} of the "
         f"{ref['model_picks_the_faster'][1]} cases whose plans differ by more than 5% "
-        f"measured. {ref['seconds']:.0f} s.", "",
+        "measured" + (
+            f"; collectives in their threads' CPU time (the clock calibrate fits the "
+            f"all-to-all's call in): median {ref['median_measured_ratio_cpu']:.3f}, the "
+            f"faster plan named in {ref['model_picks_the_faster_cpu'][0]} of "
+            f"{ref['model_picks_the_faster_cpu'][1]}"
+            if ref.get("median_measured_ratio_cpu") is not None else "")
+        + f". {ref['seconds']:.0f} s.", "",
         "| case | scale, batch | ours: types | TorchRec: types | ours measured (ms) | "
-        "TorchRec measured (ms) | measured ratio | predicted ratio (our model) |",
-        "|---|---|---|---|---|---|---|---|"]
+        "TorchRec measured (ms) | measured ratio | measured ratio, CPU-time collectives | "
+        "predicted ratio (our model) |",
+        "|---|---|---|---|---|---|---|---|---|"]
     for r in ref["cases"]:
         def ms(key: str, r: dict[str, Any] = r) -> str:
             return ", ".join(f"{v * 1e3:.2f}" for v in r[key]) if r.get(key) else "-"
@@ -154,9 +179,9 @@ def markdown(ref: dict[str, Any]) -> list[str]:
             f"| {r['fixture']} {r['hosts']}x{r['gpus_per_host']} | {r['scale_rows']}, "
             f"{r['batch']} | {', '.join(r.get('ours_types', []))} | {tr_types} | "
             f"{ms('ours_measured_s')} | {ms('torchrec_measured_s')} | "
-            f"{r['measured_ratio']:.3f} | {r['predicted_ratio']:.3f} |"
+            f"{r['measured_ratio']:.3f} | {cpu_ratio(r)} | {r['predicted_ratio']:.3f} |"
             if "measured_ratio" in r else
             f"| {r['fixture']} {r['hosts']}x{r['gpus_per_host']} | {r['scale_rows']}, "
             f"{r['batch']} | {', '.join(r.get('ours_types', []))} | {tr_types} | "
-            f"{ms('ours_measured_s')} | {ms('torchrec_measured_s')} | - | - |")
+            f"{ms('ours_measured_s')} | {ms('torchrec_measured_s')} | - | - | - |")
     return [*lines, ""]

@@ -42,3 +42,21 @@ def test_measured_speedup_judged_as_measured() -> None:
     rows = [_row("hugectr_200", 16, 1.0, TARGET_SPEEDUP - 1)]
     text = speed_line(summarise(rows))
     assert f"{TARGET_SPEEDUP - 1:.1f}x (target 50x: MISSED)" in text
+
+
+def test_referee_summary_in_each_clock() -> None:
+    """benchmarks/referee.summary: the median ratio and, over the cases more than 5% apart
+    measured, how often the predicted ratio is on the same side of 1; each clock's ratio
+    judged on its own (a case within 5% in one clock is left out there only)."""
+    from benchmarks.referee import markdown, summary
+
+    rows = [{"measured_ratio": 0.6, "measured_ratio_cpu": 0.7, "predicted_ratio": 0.5},
+            {"measured_ratio": 1.2, "measured_ratio_cpu": 1.02, "predicted_ratio": 0.99},
+            {"measured_ratio": 0.9, "measured_ratio_cpu": 1.1, "predicted_ratio": 0.8},
+            {"torchrec_error": "PlannerError"}]
+    wall, cpu = summary(rows, "measured_ratio"), summary(rows, "measured_ratio_cpu")
+    assert wall == {"median_measured_ratio": 0.9, "model_picks_the_faster": (2, 3)}
+    assert cpu == {"median_measured_ratio": 1.02, "model_picks_the_faster": (1, 2)}
+    ref = {"cases": [], "seconds": 1.0, "runs": 5, "hardware": "x", **wall,
+           **{f"{k}_cpu": v for k, v in cpu.items()}}
+    assert "faster plan named in 1 of 2" in "\n".join(markdown(ref))
