@@ -201,8 +201,7 @@ def test_step_alltoall_fit_inverts_the_model_on_the_calibration_plans() -> None:
     executor's calls, predict's bytes) over phases the model priced under a known call, peer
     latency and link: the call comes back, with the peer term and the link held at the
     microbenchmarks' (a stand-in fit). Held at a wrong link, it does not."""
-    from planner.calibration.fit import FitResult
-    from planner.calibration.profile import COLLECTIVE_NAMES, fit_step_alltoall
+    from planner.calibration.profile import fit_step_alltoall
     from planner.presets import preset_dict
 
     call, peer, eff = 2.7e-4, 3e-5, 0.004
@@ -215,19 +214,11 @@ def test_step_alltoall_fit_inverts_the_model_on_the_calibration_plans() -> None:
     assert len(m.step_alltoall) == plans_needed_ranks(2) * 3
     assert min(pt["bytes"] for pt in m.step_alltoall) > 0
     inv_link = 1 / (hardware["links"]["nvlink_gb_per_s"] * 1e9 * eff)
-
-    def micro(inv: float) -> FitResult:
-        values = dict.fromkeys(COLLECTIVE_NAMES, 0.0) | {"a2a_peer_latency_s": peer,
-                                                         "inv_link_bw": inv}
-        n = len(COLLECTIVE_NAMES)
-        return FitResult(COLLECTIVE_NAMES, tuple(values[k] for k in COLLECTIVE_NAMES),
-                         (0.0,) * n, ((0.0, 0.0),) * n, 0.0, 0.0, 10, 0)
-
-    fit = fit_step_alltoall(m, micro(inv_link))
+    fit = fit_step_alltoall(m, peer, inv_link)
     assert fit is not None
     assert fit.value("a2a_call_latency_s") == pytest.approx(call, rel=1e-6)
     assert fit.rel_residual_p90 < 1e-6
-    wrong = fit_step_alltoall(m, micro(inv_link / 10))
+    wrong = fit_step_alltoall(m, peer, inv_link / 10)
     assert wrong is not None and wrong.rel_residual_p90 > 0.01
 
 
@@ -252,8 +243,12 @@ def test_profile_takes_the_call_from_the_plans_steps_and_the_link_from_the_bench
                                         step_call + TRUE["a2a_peer_latency_s"])
                                     + b * TRUE["inv_link_bw"]})
     spec, prov = build_profile("h100", m, "cpu", "planner calibrate (test)")
-    c = HardwareSpec.model_validate(spec).constants
+    hw = HardwareSpec.model_validate(spec)
+    c = hw.constants
     assert c.a2a_call_latency_s == pytest.approx(step_call, rel=1e-3)
+    eff_link = hw.links.nvlink_gb_per_s * 1e9 * c.nvlink_efficiency
+    assert 1 / eff_link == pytest.approx(TRUE["inv_link_bw"], rel=0.05)
+    assert "all-to-all phases" in " ".join(hw.sources)
     assert c.a2a_peer_latency_s == pytest.approx(TRUE["a2a_peer_latency_s"], rel=0.05)
     micro = prov["fits"]["collectives"]["constants"]["a2a_call_latency_s"]["value"]
     assert micro == pytest.approx(TRUE["a2a_call_latency_s"], rel=0.05)

@@ -17,12 +17,12 @@ bags of 1 to 80 ids, every optimizer); none is a plan benchmarks/fidelity scores
 
 The same executions time the all-to-all's call where the plans make it (a2a_points): two
 calls a phase, each after an untimed barrier, with the step's packing between them. There a
-call cost 0.25-0.27 ms of its threads' CPU time on this 2-core machine, against 0.20-0.24
+call cost 0.25-0.30 ms of its threads' CPU time on this 2-core machine, against 0.20-0.24
 ms for the same small message timed alone after a lookup (bench.py's microbenchmark), and
-the fidelity plans' all-to-alls ran 16-23% over the microbenchmark's fit (9c318a0). The
-microbenchmarks still give the bandwidth and the per-peer term (sizes to 1 MB, several world
-sizes); the call's latency is fitted on these phases with those held
-(profile.fit_step_alltoall).
+the fidelity plans' all-to-alls ran 16-21% over the microbenchmark's fit (9c318a0's run). The
+microbenchmarks still give the bandwidth and the per-peer term (sizes to 1 MB; the peer term
+only where they ran two or more world sizes); the call's latency is fitted on these phases
+with those held (profile.fit_step_alltoall), so it absorbs whatever the held terms miss.
 """
 
 from collections.abc import Callable
@@ -157,9 +157,11 @@ def rank_points(plan: Plan, measured: list[dict[str, float]]
 
 def a2a_points(plan: Plan, measured: list[dict[str, float]]) -> list[dict[str, Any]]:
     """Per rank and all-to-all phase of one calibration plan (one host): its `measured`
-    seconds beside the model's terms for it, the calls the executor makes
-    (cost_models.latency: the input's two, two each way of the output's) and the bytes the
-    rank receives (executor.predict's counts, the pieces' intra-host traffic the model
+    seconds beside the model's terms for that phase as `planner execute --compare` predicts
+    it (compare.predicted_phases): the calls (cost_models.latency: the input's two; the
+    output's four split between its directions by their bytes, as compare splits the output
+    term, two each way where the bytes are equal, as in these fp32 plans) and the bytes
+    (executor.predict's counts for the rank, the pieces' intra-host traffic the model
     prices over the link): t = calls x (call + peer x (W - 1)) + bytes x inv_link."""
     from planner.executor.predict import predict
 
@@ -168,10 +170,12 @@ def a2a_points(plan: Plan, measured: list[dict[str, float]]) -> list[dict[str, A
     out = []
     for rp, seconds in zip(ranks, measured, strict=True):
         b = rp.bytes
+        both = b["output_fwd"] + b["output_bwd"]
+        fwd = b["output_fwd"] / both if both > 0 else 0.5
         for phase, calls, nbytes in (
                 ("input_a2a", INPUT_A2A_CALLS, b["input_lengths"] + b["input_ids"]),
-                ("output_a2a_fwd", OUTPUT_A2A_CALLS // 2, b["output_fwd"]),
-                ("output_a2a_bwd", OUTPUT_A2A_CALLS // 2, b["output_bwd"])):
+                ("output_a2a_fwd", OUTPUT_A2A_CALLS * fwd, b["output_fwd"]),
+                ("output_a2a_bwd", OUTPUT_A2A_CALLS * (1 - fwd), b["output_bwd"])):
             out.append({"rank": rp.rank, "phase": phase, "world": float(world),
                         "calls": float(calls), "bytes": float(nbytes),
                         "seconds": seconds[phase]})

@@ -287,16 +287,16 @@ def fit_collectives(m: Measurements) -> FitResult:
     return _fit_seen_columns(x, t, COLLECTIVE_NAMES)
 
 
-def fit_step_alltoall(m: Measurements, coll: FitResult) -> FitResult | None:
+def fit_step_alltoall(m: Measurements, peer: float, inv_link: float) -> FitResult | None:
     """The all-to-all's call latency where the executor makes the call: the calibration
     plans' all-to-all phases (executed.a2a_points), t = calls x (call + peer x (W - 1)) +
-    bytes x inv_link, with the peer term and the bandwidth the microbenchmarks' (`coll`: sizes
+    bytes x inv_link, with the peer term and the bandwidth the microbenchmarks' (sizes
     to 1 MB and several world sizes see them; a plan's phases of tens of kB on one world size
-    do not). None without such points (one rank)."""
+    do not): `peer` seconds per peer and call, `inv_link` seconds per byte, as the profile
+    will price them. None without such points (one rank)."""
     pts = m.step_alltoall
     if not pts:
         return None
-    peer, inv_link = coll.value("a2a_peer_latency_s"), coll.value("inv_link_bw")
     calls = np.array([[float(r["calls"])] for r in pts])
     offset = np.array([float(r["calls"]) * peer * (float(r["world"]) - 1)
                        + float(r["bytes"]) * inv_link for r in pts])
@@ -354,9 +354,6 @@ def build_profile(preset: str, m: Measurements, device: str, command: str
     hfit = fit_host(m)
     # One rank (or one GPU) measures no collective: their constants stay the preset's.
     coll = fit_collectives(m) if m.alltoall and m.allreduce else None
-    # The call's latency where the executor makes it, when the calibration plans ran on
-    # several ranks (executed.py); else the microbenchmarks'.
-    step = fit_step_alltoall(m, coll) if coll is not None else None
     spec = preset_dict(preset)
     consts = dict(spec.get("constants", {}))
     kept: list[str] = []
@@ -384,6 +381,14 @@ def build_profile(preset: str, m: Measurements, device: str, command: str
     else:
         spec["links"] = {**spec["links"], "nvlink_gb_per_s": link[0]}
         consts["nvlink_efficiency"] = link[1]
+    # The call's latency where the executor makes it, when the calibration plans ran on
+    # several ranks (executed.py), with the link the profile prices (the preset's where the
+    # microbenchmarks could not see one); else the microbenchmarks'.
+    step = None
+    if coll is not None:
+        eff_link = float(spec["links"]["nvlink_gb_per_s"]) * 1e9 * float(consts.get(
+            "nvlink_efficiency", CostConstants().nvlink_efficiency))
+        step = fit_step_alltoall(m, coll.value("a2a_peer_latency_s"), 1.0 / eff_link)
     if hfit is None:
         kept += ["pcie_efficiency", "ssd_efficiency", "host_piece_overhead_s"]
     else:
@@ -436,6 +441,8 @@ def build_profile(preset: str, m: Measurements, device: str, command: str
         *spec.get("sources", []),
         f"Calibrated: `{command}` on {host}, {now}, torch {torch.__version__}, device "
         f"{device}; fitted: {', '.join(n for f in fits for n in f.names)}"
+        + ("; a2a_call_latency_s on the calibration plans' all-to-all phases"
+           if step else "")
         + (f", pipeline_overlap ({overlap['value']:.3g}, 95% {overlap['ci95'][0]:.3g} .. "
            f"{overlap['ci95'][1]:.3g}, over {overlap['points']} ranks)"
            if overlap and overlap["determined"] else "")
