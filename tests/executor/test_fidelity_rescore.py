@@ -9,7 +9,7 @@ import pytest
 pytest.importorskip("torch")
 
 from benchmarks import RESULTS
-from benchmarks.fidelity_rescore import score
+from benchmarks.fidelity_rescore import predictions, score
 
 
 def test_rescoring_the_runs_own_profile_gives_the_runs_figures() -> None:
@@ -22,8 +22,12 @@ def test_rescoring_the_runs_own_profile_gives_the_runs_figures() -> None:
         said = run["summary"]["wall"]  # collectives in wall time, as score() reads them
         assert p["spearman_step"] == pytest.approx(said["spearman_step"], abs=1e-9)
         assert p["median_abs_error"] == pytest.approx(said["median_abs_error"], rel=1e-9)
-    # Twice the all-to-all latency: the collective phases' predictions grow, the figures move.
+    # Twice the all-to-all latency: the collective phases' predictions grow (one plan priced,
+    # as score prices each: the whole set again would double this test's minute).
     slow = json.loads(json.dumps(hw))
     slow["constants"]["a2a_call_latency_s"] *= 2
-    moved = score(slow, measured)["passes"][0]["median_error_by_phase"]["input_a2a"]
-    assert moved > got[0]["median_error_by_phase"]["input_a2a"] + 0.05
+    name = sorted(runs[0]["plans"])[0]
+    before, after = predictions(hw, name)[0], predictions(slow, name)[0]
+    for b, a in zip(before, after, strict=True):
+        assert a["input_a2a"] > 1.5 * b["input_a2a"] > 0
+        assert a["lookup"] == pytest.approx(b["lookup"])
