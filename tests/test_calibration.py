@@ -201,6 +201,7 @@ def test_step_alltoall_fit_inverts_the_model_on_the_calibration_plans() -> None:
     executor's calls, predict's bytes) over phases the model priced under a known call, peer
     latency and link: the call comes back, with the peer term and the link held at the
     microbenchmarks' (a stand-in fit). Held at a wrong link, it does not."""
+    from planner.calibration.executed import plans_needed
     from planner.calibration.profile import fit_step_alltoall
     from planner.presets import preset_dict
 
@@ -211,7 +212,7 @@ def test_step_alltoall_fit_inverts_the_model_on_the_calibration_plans() -> None:
                                           "a2a_peer_latency_s": peer,
                                           "nvlink_efficiency": eff}}
     m = _priced_a2a_phases(hardware)
-    assert len(m.step_alltoall) == plans_needed_ranks(2) * 3
+    assert len(m.step_alltoall) == plans_needed(2) * 2 * 3  # per rank and phase
     assert min(pt["bytes"] for pt in m.step_alltoall) > 0
     inv_link = 1 / (hardware["links"]["nvlink_gb_per_s"] * 1e9 * eff)
     fit = fit_step_alltoall(m, peer, inv_link)
@@ -220,13 +221,6 @@ def test_step_alltoall_fit_inverts_the_model_on_the_calibration_plans() -> None:
     assert fit.rel_residual_p90 < 1e-6
     wrong = fit_step_alltoall(m, peer, inv_link / 10)
     assert wrong is not None and wrong.rel_residual_p90 > 0.01
-
-
-def plans_needed_ranks(ranks: int) -> int:
-    """Points the calibration plans give per phase: one per rank of each plan."""
-    from planner.calibration.executed import plans_needed
-
-    return plans_needed(ranks) * ranks
 
 
 def test_profile_takes_the_call_from_the_plans_steps_and_the_link_from_the_benchmarks(

@@ -164,10 +164,10 @@ def register(app: typer.Typer) -> None:
             f"{k} {v:.3g}" if v else f"{k} not seen (preset's kept)" for k, v in eff.items()))
         for name in (n for n in (*KERNEL_NAMES, *HOST_NAMES, *COLLECTIVE_NAMES)
                      if not n.startswith("inv_")):
-            fit = (fits["step_alltoall"] or {"constants": {}})["constants"].get(name) or \
-                fits["kernels"]["constants"].get(name) or \
-                (fits["host"] or {"constants": {}})["constants"].get(name) or \
-                (fits["collectives"] or {"constants": {}})["constants"].get(name)
+            # The step fit's call first: it is the profile's (build_profile).
+            fit = next((f["constants"][name] for k in (
+                "step_alltoall", "kernels", "host", "collectives")
+                if (f := fits[k]) and name in f["constants"]), None)
             interval = f"95% {fit['ci95'][0]:.3g} .. {fit['ci95'][1]:.3g}" if fit else \
                 f"{preset}'s"
             print(f"  {name:26s} {c.get(name, 0.0):.3g} s  ({interval})")

@@ -163,6 +163,7 @@ def a2a_points(plan: Plan, measured: list[dict[str, float]]) -> list[dict[str, A
     term, two each way where the bytes are equal, as in these fp32 plans) and the bytes
     (executor.predict's counts for the rank, the pieces' intra-host traffic the model
     prices over the link): t = calls x (call + peer x (W - 1)) + bytes x inv_link."""
+    from planner.executor.compare import forward_share
     from planner.executor.predict import predict
 
     ranks, _ = predict(plan)
@@ -170,8 +171,7 @@ def a2a_points(plan: Plan, measured: list[dict[str, float]]) -> list[dict[str, A
     out = []
     for rp, seconds in zip(ranks, measured, strict=True):
         b = rp.bytes
-        both = b["output_fwd"] + b["output_bwd"]
-        fwd = b["output_fwd"] / both if both > 0 else 0.5
+        fwd = forward_share(b["output_fwd"], b["output_bwd"])
         for phase, calls, nbytes in (
                 ("input_a2a", INPUT_A2A_CALLS, b["input_lengths"] + b["input_ids"]),
                 ("output_a2a_fwd", OUTPUT_A2A_CALLS * fwd, b["output_fwd"]),

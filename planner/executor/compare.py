@@ -101,12 +101,18 @@ def measured_phases(timing: list[dict[str, dict[str, float]]], collective_clock:
     return out, unmodelled
 
 
+def forward_share(fwd_bytes: float, bwd_bytes: float) -> float:
+    """The share of the output all-to-all term (latency and bytes alike) predicted_phases
+    puts on the forward phase: its share of the bytes, half where there are none."""
+    both = fwd_bytes + bwd_bytes
+    return fwd_bytes / both if both > 0 else 0.5
+
+
 def predicted_phases(cost: dict[str, float], fwd_bytes: float, bwd_bytes: float
                      ) -> dict[str, float]:
     """The plan's cost terms of one GPU on the executor's phases (module docstring)."""
     out_a2a = cost.get("output_a2a_s", 0.0)
-    both = fwd_bytes + bwd_bytes
-    f = fwd_bytes / both if both > 0 else 0.5
+    f = forward_share(fwd_bytes, bwd_bytes)
     p = {"input_a2a": cost.get("input_a2a_s", 0.0), "lookup": cost.get("lookup_s", 0.0),
          "cache_miss": cost.get("cache_miss_s", 0.0), "output_a2a_fwd": out_a2a * f,
          "backward": cost.get("backward_s", 0.0), "output_a2a_bwd": out_a2a * (1 - f),
