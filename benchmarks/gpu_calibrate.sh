@@ -11,6 +11,7 @@
 # OUTDIR/gpu_workspace.json and OUTDIR/log.txt. PRESET: the base preset (default: h200 on an
 # H200, else h100). Every command has its own timeout, so a failure leaves the others'
 # output. TAR=FILE: also pack OUTDIR into FILE (the lent machine returns at most 8 files).
+# WORKSPACE=0: skip the backward-workspace benchmark (its 144 points, run 3 of gpu_h200.md).
 set -u
 out=${1:?usage: gpu_calibrate.sh OUTDIR [PRESET]}
 mkdir -p "$out"
@@ -56,7 +57,7 @@ for run in "kaggle criteo_kaggle 0.1" "rm2 deeprecsys_rm2 0.05" "dcnv2 criteo_dc
     echo "== $1 rc $? in $(( $(date +%s) - t0 )) s"
 done
 # A piece's backward workspace against the memory model (benchmarks/gpu_workspace.py).
-if [ "$dev" = cuda ]; then
+if [ "$dev" = cuda ] && [ "${WORKSPACE:-1}" != 0 ]; then
     timeout 120 $py -m benchmarks.gpu_workspace "$out/gpu_workspace.json"
     echo "== gpu_workspace rc $?"
 fi

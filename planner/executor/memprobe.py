@@ -28,6 +28,7 @@ high-water mark (VmHWM) is recorded beside it as a cross-check, not compared.
 from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -62,11 +63,12 @@ class MemProbe:
         if self.cuda:
             torch.cuda.synchronize(device)
             torch.cuda.reset_peak_memory_stats(device)
-        else:
-            from torch.profiler import ProfilerActivity, profile
+        # The profiler's allocation events: the CPU's figures, and on either device what is
+        # alive at the step's peak (the allocator's statistics give totals, not owners).
+        from torch.profiler import ProfilerActivity, profile
 
-            self._prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
-            self._prof.__enter__()
+        self._prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
+        self._prof.__enter__()
 
     def mark_init(self) -> None:
         """After the rank's stores exist: what they hold, and the peak of building them."""
@@ -75,9 +77,8 @@ class MemProbe:
             self.init_bytes = torch.cuda.memory_allocated(self.device)
             self.init_peak = torch.cuda.max_memory_allocated(self.device)
             self.init_requested = _requested(self.device, "current")
-        else:
-            with torch.profiler.record_function(_TAG + "init_mark"):
-                pass
+        with torch.profiler.record_function(_TAG + "init_mark"):
+            pass
 
     def start_measuring(self) -> None:
         """Peaks before this (warm-up steps) are dropped."""
@@ -87,9 +88,8 @@ class MemProbe:
         self.requested.clear()
         self.transient.clear()
         self.step_start = -1
-        if not self.cuda:
-            with torch.profiler.record_function(_TAG + "measure_mark"):
-                pass
+        with torch.profiler.record_function(_TAG + "measure_mark"):
+            pass
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
@@ -102,7 +102,9 @@ class MemProbe:
                 self.step_start = start
             torch.cuda.reset_peak_memory_stats(self.device)
             try:
-                yield
+                with torch.profiler.record_function(_TAG + ("m:" if self.measuring else "w:")
+                                                    + name):
+                    yield
             finally:
                 torch.cuda.synchronize(self.device)
                 if self.measuring:
@@ -121,10 +123,9 @@ class MemProbe:
     def finish(self) -> dict[str, Any]:
         """Stop measuring; the figures as JSON."""
         self.finished = True
-        if not self.cuda:
-            self._prof.__exit__(None, None, None)
-            self._replay()
-            self._prof = None
+        self._prof.__exit__(None, None, None)
+        self._replay()
+        self._prof = None
         out: dict[str, Any] = {
             "how": ("torch.cuda caching allocator: max_memory_allocated per phase"
                     if self.cuda else "torch.profiler memory events (c10 CPU allocator)"),
@@ -136,8 +137,7 @@ class MemProbe:
             "init_peak": self.init_peak,
             "rss_hwm": _vm_hwm(),
         }
-        if not self.cuda:
-            out["peak_blocks"] = self.peak_blocks
+        out["peak_blocks"] = self.peak_blocks
         if self.cuda:
             out["phase_requested_peak"] = dict(self.requested)
             out["init_requested"] = self.init_requested
@@ -162,7 +162,7 @@ class MemProbe:
                 events.append((node.start_time_ns, 0, 0, phase, ""))  # phase entry marker
             ef = node.extra_fields
             if type(ef).__name__ == "_ExtraFields_Allocation":
-                if ef.device.type == "cpu":
+                if ef.device.type == self.device.type:
                     events.append((node.start_time_ns, int(ef.ptr), int(ef.alloc_size), phase,
                                    " > ".join(ops[:3])))
                 return
@@ -174,47 +174,13 @@ class MemProbe:
         for root in self._prof.profiler.kineto_results.experimental_event_tree():
             walk(root, None, ())
         events.sort(key=lambda e: e[0])
-        at_peak = self._replay_events(events)
-        if at_peak >= 0:
-            self._breakdown(events, at_peak)
-
-    def _replay_events(self, events: list[tuple[int, int, int, str | None, str]]) -> int:
-        """Peaks per phase; returns the index of the event at the step's peak (-1: none)."""
-        live: dict[int, int] = {}
-        total = 0
-        measuring = False
-        init_done = False
-        start = 0
-        top, at_top = -1, -1
-        for i, (_, ptr, size, phase, _op) in enumerate(events):
-            if ptr == 0 and size == 0:  # a phase or mark begins
-                if phase == "init_mark":
-                    self.init_bytes = total
-                    init_done = True
-                elif phase == "measure_mark":
-                    measuring = True
-                elif measuring and phase is not None and phase.startswith("m:"):
-                    start = total
-                    if self.step_start < 0:
-                        self.step_start = total
-                    self.peak[phase[2:]] = max(self.peak[phase[2:]], total)
-                continue
-            if size > 0:
-                # An address handed out again was freed, whether or not the profiler saw the
-                # free (frees on the collectives' threads are not recorded).
-                total += size - live.pop(ptr, 0)
-                live[ptr] = size
-            elif ptr in live:  # frees of memory allocated before profiling are not seen
-                total -= live.pop(ptr)
-            if not init_done:
-                self.init_peak = max(self.init_peak, total)
-            if measuring and phase is not None and phase.startswith("m:"):
-                p = phase[2:]
-                self.peak[p] = max(self.peak[p], total)
-                self.transient[p] = max(self.transient[p], total - start)
-                if total > top:
-                    top, at_top = total, i
-        return at_top
+        r = replay_events(events)
+        if not self.cuda:  # on CUDA the peaks are the allocator's own (phase()); not replaced
+            self.peak, self.transient = r.peak, r.transient
+            self.step_start, self.init_bytes, self.init_peak = (r.step_start, r.init_bytes,
+                                                                r.init_peak)
+        if r.at_top >= 0:
+            self._breakdown(events, r.at_top)
 
     def _breakdown(self, events: list[tuple[int, int, int, str | None, str]], upto: int
                    ) -> None:
@@ -234,6 +200,60 @@ class MemProbe:
             groups[key][1] += 1
         self.peak_blocks = {k: {"bytes": v[0], "blocks": v[1]} for k, v in
                             sorted(groups.items(), key=lambda kv: -kv[1][0])}
+
+
+@dataclass
+class Replayed:
+    """Live bytes replayed from allocation events: peaks per measured phase, and the index of
+    the event at the step's peak (-1: none)."""
+
+    peak: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    transient: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    step_start: int = -1
+    init_bytes: int = 0
+    init_peak: int = 0
+    at_top: int = -1
+
+
+def replay_events(events: list[tuple[int, int, int, str | None, str]]) -> Replayed:
+    """Peaks per phase from (time, ptr, size, phase, op) events in time order (size < 0 or a
+    known ptr with size 0: a free; ptr 0 and size 0: a phase or mark begins)."""
+    r = Replayed()
+    live: dict[int, int] = {}
+    total = 0
+    measuring = False
+    init_done = False
+    start = 0
+    top = -1
+    for i, (_, ptr, size, phase, _op) in enumerate(events):
+        if ptr == 0 and size == 0:  # a phase or mark begins
+            if phase == "init_mark":
+                r.init_bytes = total
+                init_done = True
+            elif phase == "measure_mark":
+                measuring = True
+            elif measuring and phase is not None and phase.startswith("m:"):
+                start = total
+                if r.step_start < 0:
+                    r.step_start = total
+                r.peak[phase[2:]] = max(r.peak[phase[2:]], total)
+            continue
+        if size > 0:
+            # An address handed out again was freed, whether or not the profiler saw the
+            # free (frees on the collectives' threads are not recorded).
+            total += size - live.pop(ptr, 0)
+            live[ptr] = size
+        elif ptr in live:  # frees of memory allocated before profiling are not seen
+            total -= live.pop(ptr)
+        if not init_done:
+            r.init_peak = max(r.init_peak, total)
+        if measuring and phase is not None and phase.startswith("m:"):
+            p = phase[2:]
+            r.peak[p] = max(r.peak[p], total)
+            r.transient[p] = max(r.transient[p], total - start)
+            if total > top:
+                top, r.at_top = total, i
+    return r
 
 
 def _vm_hwm() -> int | None:
