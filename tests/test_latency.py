@@ -76,6 +76,18 @@ def test_executor_backward_updates_each_unique_row_once() -> None:
     assert uniq.tolist() == [0, 1, 3, 7]
     assert g.shape == (4, 4)
     assert g[:, 0].tolist() == [1.0, 2.0, 3.0, 1.0]  # row 3: three lookups, one update
+    # The unique rows hold storage of their own size (CUDA's unique returns a view of an
+    # input-sized buffer, which the memory model does not count through the optimizer step).
+    assert uniq.untyped_storage().nbytes() == uniq.nbytes
+
+
+def test_compact_copies_only_views_of_a_larger_buffer() -> None:
+    big = torch.arange(10)
+    view = big[:3]
+    out = kernels.compact(view)
+    assert out.tolist() == [0, 1, 2] and out.untyped_storage().nbytes() == out.nbytes == 24
+    own = torch.tensor([4, 5])
+    assert kernels.compact(own) is own
 
 
 def _hw(world_hosts: int = 2, g: int = 4, **consts: float) -> HardwareProfile:
