@@ -1,6 +1,6 @@
 """Every bundled fixture on 1, 2, 4 and 16 hosts: the plan passes the independent checker,
-and (on 16 hosts, and on 1 and 2 below 500 tables) planning the same request twice gives
-byte-identical JSON."""
+and (on 16 hosts, and on 1 and 2 below 500 tables, but for a few whose search path another
+case covers) planning the same request twice gives byte-identical JSON."""
 
 import pytest
 
@@ -13,16 +13,20 @@ HOSTS = (1, 2, 4, 16)
 # zionex_12t host counts left to the benchmarks (the suite's time budget, issue 18): 2 hosts
 # (40 s for two plans) too; a slice of it on 2 ZionEX hosts is planned and checked below.
 _SLOW_12T = (2, 4, 16)
-# Planned twice, for byte identity (the suite's 15 minutes): on 1 and 2 hosts the fixtures
-# below _TWICE_TABLES tables (hugectr_510 and synthetic_1000 took 45-50 s twice on one
-# host), on 16 hosts those below _TWICE_TABLES_16 (hugectr_510 there, 24 s twice: one
-# fixture of over 500 tables planned twice; synthetic_1000 took 30 s). Elsewhere (4 hosts;
-# synthetic_1000 everywhere, hugectr_510 on 1 and 2) planned once and checked;
-# tests/test_budget_monotone.py re-plans a 2- and a 4-host request with the ilp solver, and
-# tests/test_random_instances.py compares a plan made in a fresh interpreter.
+# Planned twice, for byte identity (the suite's 15 minutes): on 1, 2 and 16 hosts the
+# fixtures below _TWICE_TABLES tables (below _TWICE_TABLES_16 on 16 hosts: hugectr_510 there,
+# one fixture of over 500 tables planned twice, 24 s), except _ONCE: cases whose search path
+# (greedy or LP start, local search, ruin and recreate, CP-SAT flat or hierarchical) another
+# case planned twice already runs, 5-15 s each a second time (criteo_dcnv2 x 2 and
+# criteo_mlperf_v1 x 2 and x 16 keep ruin and recreate and both CP-SAT models twice).
+# Elsewhere (4 hosts; synthetic_1000 everywhere, hugectr_510 on 1 and 2) planned once and
+# checked; tests/test_budget_monotone.py re-plans a 2- and a 4-host request with the ilp
+# solver, and tests/test_random_instances.py compares a plan made in a fresh interpreter.
 _TWICE = (1, 2, 16)
 _TWICE_TABLES = 500
 _TWICE_TABLES_16 = 1000
+_ONCE = {("criteo_dcnv2", 1), ("criteo_dcnv2", 16), ("hugectr_200", 1), ("hugectr_200", 16),
+         ("criteo_mlperf_v1", 1)}
 
 
 def test_all_fixtures_are_listed() -> None:
@@ -48,7 +52,7 @@ def test_fixture_plan_checks_and_is_deterministic(fixture: str, hosts: int) -> N
     assert report.ok, report.errors[:5]
     assert first.summary.step_time_s >= first.summary.lower_bound_s * (1 - 1e-9)
     limit = _TWICE_TABLES_16 if hosts == 16 else _TWICE_TABLES
-    if hosts not in _TWICE or len(req["model"]["tables"]) >= limit:
+    if hosts not in _TWICE or len(req["model"]["tables"]) >= limit or (fixture, hosts) in _ONCE:
         return
     second = plan(req)
     assert first.model_dump_json() == second.model_dump_json()

@@ -25,8 +25,9 @@ def test_dead_and_hung_ranks_exit_4_from_the_cli_with_rank_and_cause(tmp_path: P
     }
     env = {**os.environ, "COLUMNS": "200"}
     procs = {f: subprocess.Popen(
-        [*_CLI, str(plan), "--steps", "3", "--collective-timeout", "3", "--timeout", "60",
-         "--no-reference", "--fault", f, "--run-dir", str(tmp_path / f.replace(":", "_"))],
+        [*_CLI, str(plan), "--steps", "3", "--warmup-steps", "1", "--collective-timeout", "3",
+         "--timeout", "60", "--no-reference", "--fault", f,
+         "--run-dir", str(tmp_path / f.replace(":", "_"))],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) for f in cases}
     for fault, proc in procs.items():
         out, err = proc.communicate(timeout=120)
