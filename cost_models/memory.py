@@ -97,6 +97,11 @@ GRAD_ARRAYS_PER_BAG = 3
 OPTIMIZER_TEMP_ARRAYS = {Optimizer.SGD: 2, Optimizer.ROWWISE_ADAGRAD: 2, Optimizer.ADAGRAD: 4,
                          Optimizer.ADAM: 7}
 OPTIMIZER_TEMP_ROW_SCALARS = {Optimizer.ROWWISE_ADAGRAD: 2}
+# A cached piece's optimizer step also holds, per updated row, its cache slot (int64, found by
+# searching the held keys) and whether it was a hit (a bool): CachedStore.update. (Measured:
+# deeprecsys_rm1 in hbm_cache on one GPU went 63,293 B over the model without them, on CPU
+# and on an H200 alike; the gap is smaller than the 9 B per row since u is a bound.)
+CACHED_UPDATE_ROW_BYTES = DEVICE_INDEX_BYTES + 1
 # A cache's re-admission after the step (planner/executor/store.py, CachedStore.end_step), in
 # int64 arrays alive at its peak: per slot (the held keys and slots, the candidates' share of
 # them, torch.isin's concatenations and sorts of held against candidates and kept, the kept
@@ -331,11 +336,12 @@ def _bucket_rates(access: AccessModel, rows: int) -> tuple[np.ndarray, np.ndarra
 
 def backward_workspace(optimizer: Optimizer, n_ids: int, bags: int, rows: int,
                        updated_rows: int, cols: int, touched: int | None = None,
-                       allocator: Allocator = "plan") -> int:
+                       allocator: Allocator = "plan", cached: bool = False) -> int:
     """A piece's backward transient: the row gradients of `n_ids` ids in `bags` bags over a
     piece of `rows` rows, then the optimizer step over `updated_rows` rows: whichever is
     larger. The gradient [u, cols] of the u touched rows (at most min(rows, ids), or
-    `touched`) lives through both. `allocator`: whose arrays (GRAD_ARRAYS_PER_ID)."""
+    `touched`) lives through both. `allocator`: whose arrays (GRAD_ARRAYS_PER_ID); `cached`:
+    a cached piece's step (CACHED_UPDATE_ROW_BYTES)."""
     u = min(rows, n_ids, n_ids if touched is None else touched)
     g = u * cols * POOLED_BYTES
     grad = (GRAD_ARRAYS_PER_ID[allocator] * n_ids + GRAD_ARRAYS_PER_ROW * u
@@ -346,7 +352,8 @@ def backward_workspace(optimizer: Optimizer, n_ids: int, bags: int, rows: int,
               + (g if v == u else v * cols * POOLED_BYTES + g)  # their gradient (dense: new)
               + v * (cols * POOLED_BYTES + state)  # their weights (widened) and state
               + (OPTIMIZER_TEMP_ARRAYS[optimizer] * cols
-                 + OPTIMIZER_TEMP_ROW_SCALARS.get(optimizer, 0)) * v * POOLED_BYTES)
+                 + OPTIMIZER_TEMP_ROW_SCALARS.get(optimizer, 0)) * v * POOLED_BYTES
+              + (v * CACHED_UPDATE_ROW_BYTES if cached else 0))
     return max(grad, update)
 
 
@@ -377,11 +384,12 @@ def piece_buffers(table: TableGeom, data_parallel: bool, piece_rows: int, piece_
             workspace=max(ring, backward_workspace(
                 table.optimizer, n_local, nb, piece_rows, piece_rows, piece_cols,
                 distinct_rows_bound(table, n_local), allocator)))
+    cached = cache_slots > 0
     base, n_ids, u = (_sequence_piece_buffers(table, piece_rows, piece_cols, world, model,
-                                              allocator)
+                                              allocator, cached)
                       if table.sequence else
                       _sharded_piece_buffers(table, piece_rows, piece_cols, world, model,
-                                             host_samples, allocator))
+                                             host_samples, allocator, cached))
     if model.pipelined:
         # The next batch's ids arrive while this one runs (its input all-to-all runs beside
         # this step's work), and are held to its own step: ids, lengths, offsets twice.
@@ -396,10 +404,10 @@ def piece_buffers(table: TableGeom, data_parallel: bool, piece_rows: int, piece_
 # (all but the re-admission) is counted once per shape.
 @functools.lru_cache(maxsize=1 << 14)
 def _sharded_piece_buffers(table: TableGeom, piece_rows: int, piece_cols: int, world: int,
-                           model: ModelGeom, host_samples: int, allocator: Allocator
-                           ) -> tuple[StepBuffers, int, int]:
-    """A pooled table's sharded piece without a cache: its buffers, the ids it receives
-    (at most) and the distinct rows it updates (at most)."""
+                           model: ModelGeom, host_samples: int, allocator: Allocator,
+                           cached: bool = False) -> tuple[StepBuffers, int, int]:
+    """A pooled table's sharded piece, its cache's re-admission aside: its buffers, the ids
+    it receives (at most) and the distinct rows it updates (at most)."""
     b = model.batch_per_gpu
     nb = bags_per_gpu(table, b)
     # Per bag, not per sample: each of a table's features is its own pooled vector.
@@ -418,7 +426,7 @@ def _sharded_piece_buffers(table: TableGeom, piece_rows: int, piece_cols: int, w
         ids, pooled, pooled + host_samples * piece_cols * POOLED_BYTES, 0, 0, blocks, send,
         0, 0, 0, 0, 0, recv, decoded, kept,
         backward_workspace(table.optimizer, n_ids, bags, piece_rows, u, piece_cols, u,
-                           allocator)
+                           allocator, cached)
     ), n_ids, u
 
 
@@ -429,7 +437,7 @@ def _cache_admission(cache_slots: int, n_ids: int, u: int) -> int:
 
 @functools.lru_cache(maxsize=1 << 14)
 def _sequence_piece_buffers(table: TableGeom, piece_rows: int, piece_cols: int, world: int,
-                            model: ModelGeom, allocator: Allocator
+                            model: ModelGeom, allocator: Allocator, cached: bool = False
                             ) -> tuple[StepBuffers, int, int]:
     """A sharded piece of a sequence table (unpooled): one output vector per id it receives
     (n, all ids of the table for a table- or column-wise piece, at most _id_bound's for a
@@ -450,7 +458,7 @@ def _sequence_piece_buffers(table: TableGeom, piece_rows: int, piece_cols: int, 
     return staging + StepBuffers(
         ids=(2 * n_ids + 2 * nb * world) * DEVICE_INDEX_BYTES, pooled=vectors, grads=vectors,
         workspace=backward_workspace(table.optimizer, n_ids, n_ids, piece_rows, u,
-                                     piece_cols, u, allocator)), n_ids, u
+                                     piece_cols, u, allocator, cached)), n_ids, u
 
 
 def placed_piece_buffers(table: TableGeom, kind: ShardingType, tier: Tier, cache_ratio: float,
