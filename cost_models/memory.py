@@ -100,7 +100,9 @@ OPTIMIZER_TEMP_ROW_SCALARS = {Optimizer.ROWWISE_ADAGRAD: 2}
 # A cached piece's optimizer step also holds, per updated row, its cache slot (int64, found by
 # searching the held keys) and whether it was a hit (a bool): CachedStore.update. (Measured:
 # deeprecsys_rm1 in hbm_cache on one GPU went 63,293 B over the model without them, on CPU
-# and on an H200 alike; the gap is smaller than the 9 B per row since u is a bound.)
+# and on an H200 alike; the gap is smaller than the 9 B per row since u is a bound.) An ssd
+# piece's keys live in host memory, so on a GPU 8 of its 9 B are the host's: counted in its
+# HBM all the same, a bound on the safe side.
 CACHED_UPDATE_ROW_BYTES = DEVICE_INDEX_BYTES + 1
 # A cache's re-admission after the step (planner/executor/store.py, CachedStore.end_step), in
 # int64 arrays alive at its peak: per slot (the held keys and slots, the candidates' share of

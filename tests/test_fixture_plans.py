@@ -15,13 +15,15 @@ HOSTS = (1, 2, 4, 16)
 _SLOW_12T = (2, 4, 16)
 # Planned twice, for byte identity (the suite's 15 minutes): on 1, 2 and 16 hosts the
 # fixtures below _TWICE_TABLES tables (below _TWICE_TABLES_16 on 16 hosts: hugectr_510 there,
-# one fixture of over 500 tables planned twice, 24 s), except _ONCE: cases whose search path
-# (greedy or LP start, local search, ruin and recreate, CP-SAT flat or hierarchical) another
-# case planned twice already runs, 5-15 s each a second time (criteo_dcnv2 x 2 and
-# criteo_mlperf_v1 x 2 and x 16 keep ruin and recreate and both CP-SAT models twice).
-# Elsewhere (4 hosts; synthetic_1000 everywhere, hugectr_510 on 1 and 2) planned once and
-# checked; tests/test_budget_monotone.py re-plans a 2- and a 4-host request with the ilp
-# solver, and tests/test_random_instances.py compares a plan made in a fresh interpreter.
+# one fixture of over 500 tables planned twice, 24 s), except _ONCE, 5-15 s each a second
+# time: by benchmarks/results/plan_quality.md's solver column, the paths they took are taken
+# by cases still planned twice (ruin and recreate: criteo_dcnv2 x 2, hugectr_510 x 16; flat
+# CP-SAT: criteo_mlperf_v1 x 2; hierarchical CP-SAT: criteo_mlperf_v1 x 16; LP start:
+# hugectr_200 x 2; greedy start: criteo_kaggle x 2). Elsewhere (4 hosts; synthetic_1000
+# everywhere, hugectr_510 on 1 and 2) planned once and checked; tests/test_budget_monotone.py
+# re-plans a 2- and a 4-host request with the ilp solver, and tests/test_random_instances.py
+# plans each of its instances twice (in a worker process; no fresh interpreter in the suite:
+# benchmarks/random_instances --fresh-every does that).
 _TWICE = (1, 2, 16)
 _TWICE_TABLES = 500
 _TWICE_TABLES_16 = 1000

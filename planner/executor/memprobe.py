@@ -12,6 +12,10 @@ up to 1 MiB more than it asked for (CUDACachingAllocator.cpp). That is the execu
 tensor-per-piece layout, not the plan's (FBGEMM's TBE holds a group's tables in one buffer),
 so the model is held to the requested bytes and the rounding is reported beside them.
 Every step's GPU work runs inside some phase, so the step's peak is the largest phase peak.
+What is alive at the peak (`peak_blocks`, a diagnostic) comes from the profiler's allocation
+events, as on CPU below: the allocator's block sizes (rounded), the rank thread's own
+allocations only (a pipelined rank's input lane is not seen), at the replay's own peak, which
+can differ from the statistics' by the rounding.
 
 CPU: torch.profiler with profile_memory=True records every allocation and free the c10 CPU
 allocator makes (size, address, time); the probe replays them in time order, matching frees
@@ -58,7 +62,7 @@ class MemProbe:
         self.init_requested = 0  # CUDA: requested after the rank's tables were built
         self._prof: Any = None
         self.finished = False
-        # CPU: bytes alive at the step's peak, by "phase | operators" that allocated them
+        # Bytes alive at the step's peak, by "phase | operators" that allocated them
         self.peak_blocks: dict[str, dict[str, int]] = {}
         if self.cuda:
             torch.cuda.synchronize(device)
