@@ -67,6 +67,11 @@ EXECUTIONS = 5
 # collectives at this many ranks.
 RANKS = max(2, min(4, os.cpu_count() or 2))
 TIE = 0.05  # plans whose measured step times are closer than this are a tie for stability
+# Stability by the executions themselves: in a run, plan x is measurably faster than plan y
+# when its EXECUTIONS steps sit below y's by a one-sided exact Mann-Whitney test at ALPHA
+# (5 against 5: all five below all five gives p = 1/252). Two runs contradict each other on a
+# pair only where each orders it measurably, and oppositely.
+ALPHA = 0.05
 MAX_WARMUP = 40  # forward-only steps at most (warmup.py sizes them for the caches)
 
 
@@ -227,12 +232,17 @@ def reported(run: Plan, reps: list[ExecutionReport], run_s: float, warm: int,
     from planner.executor.compare import compare
 
     steps = [r.compare["plan"]["measured_step_s"] for r in reps]
+    # Each execution's step in each clock, for the executions' own ordering of plans
+    # (measurably_faster).
+    each = {c: [compare(run, r.ranks, "cpu", collective_clock=c)["plan"]["measured_step_s"]
+                for r in reps] for c in CLOCKS}
     rep = reps[sorted(range(len(reps)), key=lambda i: steps[i])[len(reps) // 2]]
     hit = next((ch for ch in rep.checks if ch.name.startswith("cache hit rate")), None)
     more = [r.ranks for r in reps if r is not rep]
     out: dict[str, Any] = {
         "run_s": run_s, "warmup_steps": warm,
         "executions_measured_step_s": steps,
+        "executions_step_s_by_clock": each,
         "by_clock": {c: compare(run, rep.ranks, "cpu", collective_clock=c, repeats=more)
                      for c in CLOCKS},
         "hit_rate_check": None if hit is None else {"ok": hit.ok, "detail": hit.detail},
@@ -247,6 +257,66 @@ def reported(run: Plan, reps: list[ExecutionReport], run_s: float, warm: int,
 
 
 CLOCKS = ("wall", "cpu")  # how collectives are measured (compare.COLLECTIVE_CLOCKS)
+
+
+def measurably_faster(x: list[float], y: list[float]) -> bool:
+    """Whether steps `x` sit below steps `y` beyond chance: a one-sided exact Mann-Whitney
+    test (scipy) at ALPHA."""
+    from scipy.stats import mannwhitneyu
+
+    return bool(mannwhitneyu(x, y, alternative="less", method="exact").pvalue < ALPHA)
+
+
+def ordered_pairs(plans: dict[str, dict[str, Any]], clock: str) -> dict[tuple[str, str], int]:
+    """(x, y) -> -1 where x's executions are measurably faster than y's, +1 where slower;
+    pairs the executions do not order are left out."""
+    names = sorted(plans)
+    out = {}
+    for i, x in enumerate(names):
+        for y in names[i + 1:]:
+            ex = plans[x]["executions_step_s_by_clock"][clock]
+            ey = plans[y]["executions_step_s_by_clock"][clock]
+            if measurably_faster(ex, ey):
+                out[(x, y)] = -1
+            elif measurably_faster(ey, ex):
+                out[(x, y)] = 1
+    return out
+
+
+def stability(a: dict[str, dict[str, Any]], b: dict[str, dict[str, Any]], c: str,
+              names: list[str] | None = None) -> dict[str, Any]:
+    """How two runs' plans (name -> `reported`) agree on the plans' order in clock `c`: by
+    their measured steps (Spearman, pairs swapped, swapped beyond TIE) and, where each
+    execution's step is kept, by the executions themselves (ordered_pairs). `names`: the
+    plans in the order pairs are named (default sorted)."""
+    names = sorted(a) if names is None else names
+
+    def step(r: dict[str, Any], n: str) -> float:
+        return float(r[n]["by_clock"][c]["plan"]["measured_step_s"])
+
+    def apart(x: str, y: str, r: dict[str, Any]) -> float:
+        return abs(step(r, x) / step(r, y) - 1)
+
+    swaps = [(x, y) for i, x in enumerate(names) for y in names[i + 1:]
+             if (step(a, x) - step(a, y)) * (step(b, x) - step(b, y)) < 0]
+    out: dict[str, Any] = {
+        "spearman": spearman([step(a, n) for n in names], [step(b, n) for n in names]),
+        "same_order": not swaps,
+        # Pairs the two runs order differently, and those of them more than TIE apart in
+        # both runs (a near-tie's order is noise).
+        "swapped": [list(s) for s in swaps],
+        "swapped_beyond_tie": [list(s) for s in swaps if min(apart(*s, a), apart(*s, b)) > TIE]}
+    if all("executions_step_s_by_clock" in r for r in (*a.values(), *b.values())):
+        oa, ob = ordered_pairs(a, c), ordered_pairs(b, c)
+        both = [k for k in oa if k in ob]
+        out.update({
+            # Pairs each run's executions order (Mann-Whitney, ALPHA), and of those ordered
+            # by both, the ones ordered oppositely: what stability forbids.
+            "ordered_in_run": [len(oa), len(ob)],
+            "ordered_in_both": len(both),
+            "contradicted": [list(k) for k in both if oa[k] != ob[k]],
+            "pairs": len(names) * (len(names) - 1) // 2})
+    return out
 
 
 def summarize(all_plans: dict[str, dict[str, Any]], clock: str) -> dict[str, Any]:
@@ -381,25 +451,7 @@ def run_set(hardware: dict[str, Any], tag: str, names: list[str], runs: int
                                                   for c in CLOCKS} if by_torchrec else None)})
     if runs >= 2:
         a, b = (out["runs"][k]["plans"] for k in (0, 1))
-        out["stability"] = {}
-        for c in CLOCKS:
-            def step(r: dict[str, Any], n: str, c: str = c) -> float:
-                return float(r[n]["by_clock"][c]["plan"]["measured_step_s"])
-
-            swaps = [(x, y) for i, x in enumerate(names) for y in names[i + 1:]
-                     if (step(a, x) - step(a, y)) * (step(b, x) - step(b, y)) < 0]
-
-            def apart(x: str, y: str, r: dict[str, Any]) -> float:
-                return abs(step(r, x) / step(r, y) - 1)
-
-            out["stability"][c] = {
-                "spearman": spearman([step(a, n) for n in names], [step(b, n) for n in names]),
-                "same_order": not swaps,
-                # Pairs the two runs order differently, and those of them more than TIE
-                # apart in both runs (a near-tie's order is noise).
-                "swapped": [list(s) for s in swaps],
-                "swapped_beyond_tie": [list(s) for s in swaps
-                                       if min(apart(*s, a), apart(*s, b)) > TIE]}
+        out["stability"] = {c: stability(a, b, c, names) for c in CLOCKS}
     return out
 
 
@@ -475,7 +527,14 @@ def markdown(body: dict[str, Any]) -> str:
                           f"{_f(st['spearman'])}; same order of plans: {st['same_order']}"
                           + (f" (pairs swapped: {st['swapped']}; of them more than "
                              f"{TIE:.0%} apart in both runs: {st['swapped_beyond_tie']})"
-                             if st.get("swapped") else "") + ".", ""]
+                             if st.get("swapped") else "") + "."
+                          + (f" By the executions themselves (a one-sided exact Mann-Whitney "
+                             f"test at {ALPHA}, {EXECUTIONS} executions a plan in each run): "
+                             f"of {st['pairs']} pairs, run 1 orders {st['ordered_in_run'][0]}, "
+                             f"run 2 {st['ordered_in_run'][1]}, both "
+                             f"{st['ordered_in_both']}; ordered oppositely by the two runs: "
+                             f"{st['contradicted'] or 'none'}."
+                             if "contradicted" in st else ""), ""]
             lines += ["| plan | fixture | hosts x GPUs | solver | sharding/tier | predicted "
                       "step | TorchRec's estimator | measured step (each run) | Spearman "
                       "ranks | slowest pred / meas | mean abs error |",
