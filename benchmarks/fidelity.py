@@ -351,7 +351,23 @@ def summarize(all_plans: dict[str, dict[str, Any]], clock: str) -> dict[str, Any
         "hit_rate_checks_passed": sum(1 for n in names if (plans[n]["hit_rate_check"] or {})
                                       .get("ok", True)),
         "plans": len(names),
+        **model_on_ordered_pairs(all_plans, clock),
     }
+
+
+def model_on_ordered_pairs(all_plans: dict[str, dict[str, Any]], clock: str
+                           ) -> dict[str, Any]:
+    """Of the pairs of plans the executions order beyond chance (ordered_pairs), those the
+    model's predicted steps order the other way: Spearman's misses that are not noise."""
+    if not all("executions_step_s_by_clock" in r for r in all_plans.values()):
+        return {}
+    ordered = ordered_pairs(all_plans, clock)
+
+    def pred(n: str) -> float:
+        return float(all_plans[n]["by_clock"][clock]["plan"]["predicted_step_s"])
+
+    against = [[x, y] for (x, y), o in ordered.items() if (pred(x) - pred(y)) * o < 0]
+    return {"ordered_pairs": len(ordered), "model_orders_against": against}
 
 
 def code_state() -> dict[str, Any]:
@@ -470,7 +486,11 @@ def markdown(body: dict[str, Any]) -> str:
         f"Code: commit {body.get('code', {}).get('commit', '?')[:10]}"
         + (f" with uncommitted changes to {', '.join(body['code']['modified'])} (other "
            "sessions' work in progress: the cost model and `planner calibrate` as they "
-           "stood then)" if body.get("code", {}).get("modified") else "") + ".", "",
+           "stood then)" if body.get("code", {}).get("modified") else "") + "."
+        + (f" Summaries and stability recomputed from the stored executions by "
+           f"`{body['resummarized']['command']}` at commit "
+           f"{body['resummarized']['code']['commit'][:10]} (no run)."
+           if "resummarized" in body else ""), "",
         "Measured as `planner execute --compare` does (README, Executor): per rank and "
         "phase, compute as the rank thread's own CPU time (one thread per rank) and its "
         "median, collectives as wall time after an untimed barrier and their lower "
@@ -517,6 +537,12 @@ def markdown(body: dict[str, Any]) -> str:
                         f"{_f(sm['slowest_match_fraction'], True)} of the plans that predict "
                         f"one ({sm['slowest_undecided']} predict every rank alike); hit-rate "
                         f"checks passed in {sm['hit_rate_checks_passed']}/{sm['plans']}"
+                        + (f"; of the {sm['ordered_pairs']} pairs of plans the executions "
+                           f"order beyond chance, the model orders "
+                           f"{len(sm['model_orders_against'])} the other way"
+                           + (f" ({sm['model_orders_against']})"
+                              if 0 < len(sm['model_orders_against']) <= 5 else "")
+                           if "ordered_pairs" in sm else "")
                         + ("; median signed error per phase (below 0: predicted short) "
                            + ", ".join(f"{ph} {_f(v, True)}" for ph, v in
                                        sm["median_error_by_phase"].items())
@@ -582,15 +608,48 @@ def twin_lines(sec: dict[str, Any], clock: str) -> list[str]:
     return [*out, ""]
 
 
+def resummarized(body: dict[str, Any]) -> dict[str, Any]:
+    """`body` (a committed run) with every summary and the stability recomputed from its
+    stored figures, and the code that recomputed them noted."""
+    out = json.loads(json.dumps(body))
+    for key in ("preset", "calibrated"):
+        sec = out.get(key)
+        if not sec:
+            continue
+        for run in sec["runs"]:
+            res = run["plans"]
+            piped = {n: r for n, r in res.items() if n in PIPELINED}
+            by_torchrec = {n: {**r, "by_clock": r["torchrec_by_clock"]} for n, r in res.items()
+                           if "torchrec_by_clock" in r}
+            run["summary"] = {c: summarize(res, c) for c in CLOCKS}
+            run["summary_pipelined"] = ({c: summarize(piped, c) for c in CLOCKS}
+                                        if piped else None)
+            run["summary_torchrec"] = ({c: summarize(by_torchrec, c) for c in CLOCKS}
+                                       if by_torchrec else None)
+        if len(sec["runs"]) >= 2:
+            a, b = (sec["runs"][k]["plans"] for k in (0, 1))
+            names = [n for n in PLANS if n in a]
+            sec["stability"] = {c: stability(a, b, c, names) for c in CLOCKS}
+    out["resummarized"] = {"command": COMMAND + " --resummarize", "code": code_state()}
+    return out
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--only", nargs="*", default=None, help="plan names (default: all)")
     ap.add_argument("--runs", type=int, default=2)
     ap.add_argument("--no-write", action="store_true", help="print, do not write results")
+    ap.add_argument("--resummarize", action="store_true",
+                    help="recompute the summaries and stability of the committed results from "
+                         "their stored executions (no run), and rewrite them")
     ap.add_argument("--reuse-profile", action="store_true",
                     help="keep benchmarks/results/fidelity_profile.json if it was made on "
                          "this machine (default: calibrate again)")
     args = ap.parse_args(argv)
+    if args.resummarize:
+        body = resummarized(json.loads((RESULTS / "fidelity.json").read_text()))
+        write_results("fidelity", body, markdown(body))
+        return
     names = args.only or list(PLANS)
     load_before = [round(x, 2) for x in os.getloadavg()]
     t0 = time.perf_counter()
