@@ -35,3 +35,17 @@ def test_opposite_orders_beyond_chance_are_contradictions_and_near_ties_are_not(
     same = stability(a, a, "cpu")
     assert same["same_order"] and same["contradicted"] == []
     assert same["ordered_in_both"] == same["ordered_in_run"][0] >= 2
+
+
+def test_the_model_is_held_to_the_pairs_the_executions_order() -> None:
+    from benchmarks.fidelity import model_on_ordered_pairs
+
+    run = _run({"x": [1.0, 1.1, 1.2, 1.3, 1.4], "y": [2.0, 2.1, 2.2, 2.3, 2.4],
+                "z": [1.05, 1.15, 1.25, 1.35, 1.45]})
+    predicted = {"x": 3.0, "y": 2.0, "z": 1.0}  # x and y the wrong way; x and z a near-tie
+    for n, p in predicted.items():
+        run[n]["by_clock"]["cpu"]["plan"]["predicted_step_s"] = p
+    got = model_on_ordered_pairs(run, "cpu")
+    # Ordered beyond chance: (x, y) and (y, z); x against z is not (interleaved).
+    assert got["ordered_pairs"] == 2
+    assert got["model_orders_against"] == [["x", "y"]]
