@@ -233,9 +233,10 @@ def reported(run: Plan, reps: list[ExecutionReport], run_s: float, warm: int,
 
     steps = [r.compare["plan"]["measured_step_s"] for r in reps]
     # Each execution's step in each clock, for the executions' own ordering of plans
-    # (measurably_faster).
-    each = {c: [compare(run, r.ranks, "cpu", collective_clock=c)["plan"]["measured_step_s"]
-                for r in reps] for c in CLOCKS}
+    # (measurably_faster): execute's own comparison is in wall time (its default clock).
+    each = {c: steps if c == "wall" else
+            [compare(run, r.ranks, "cpu", collective_clock=c)["plan"]["measured_step_s"]
+             for r in reps] for c in CLOCKS}
     rep = reps[sorted(range(len(reps)), key=lambda i: steps[i])[len(reps) // 2]]
     hit = next((ch for ch in rep.checks if ch.name.startswith("cache hit rate")), None)
     more = [r.ranks for r in reps if r is not rep]
@@ -355,6 +356,19 @@ def summarize(all_plans: dict[str, dict[str, Any]], clock: str) -> dict[str, Any
     }
 
 
+def run_summaries(res: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """A run's summaries per clock: every plan, the pipelined ones alone, and the same runs
+    priced by TorchRec's estimator."""
+    piped = {n: r for n, r in res.items() if n in PIPELINED}
+    by_torchrec = {n: {**r, "by_clock": r["torchrec_by_clock"]} for n, r in res.items()
+                   if "torchrec_by_clock" in r}
+    return {"summary": {c: summarize(res, c) for c in CLOCKS},
+            "summary_pipelined": ({c: summarize(piped, c) for c in CLOCKS}
+                                  if piped else None),
+            "summary_torchrec": ({c: summarize(by_torchrec, c) for c in CLOCKS}
+                                 if by_torchrec else None)}
+
+
 def model_on_ordered_pairs(all_plans: dict[str, dict[str, Any]], clock: str
                            ) -> dict[str, Any]:
     """Of the pairs of plans the executions order beyond chance (ordered_pairs), those the
@@ -456,15 +470,7 @@ def run_set(hardware: dict[str, Any], tag: str, names: list[str], runs: int
                   f"{pc['measured_step_s']:.3g} s), slowest "
                   f"{ {True: 'match', False: 'differ', None: 'tie'}[pw['slowest_match']]} "
                   f"({r['run_s']:.1f} s)", flush=True)
-        piped = {n: r for n, r in res.items() if n in PIPELINED}
-        by_torchrec = {n: {**r, "by_clock": r["torchrec_by_clock"]} for n, r in res.items()
-                       if "torchrec_by_clock" in r}
-        out["runs"].append({"plans": res,
-                            "summary": {c: summarize(res, c) for c in CLOCKS},
-                            "summary_pipelined": ({c: summarize(piped, c) for c in CLOCKS}
-                                                  if piped else None),
-                            "summary_torchrec": ({c: summarize(by_torchrec, c)
-                                                  for c in CLOCKS} if by_torchrec else None)})
+        out["runs"].append({"plans": res, **run_summaries(res)})
     if runs >= 2:
         a, b = (out["runs"][k]["plans"] for k in (0, 1))
         out["stability"] = {c: stability(a, b, c, names) for c in CLOCKS}
@@ -617,15 +623,7 @@ def resummarized(body: dict[str, Any]) -> dict[str, Any]:
         if not sec:
             continue
         for run in sec["runs"]:
-            res = run["plans"]
-            piped = {n: r for n, r in res.items() if n in PIPELINED}
-            by_torchrec = {n: {**r, "by_clock": r["torchrec_by_clock"]} for n, r in res.items()
-                           if "torchrec_by_clock" in r}
-            run["summary"] = {c: summarize(res, c) for c in CLOCKS}
-            run["summary_pipelined"] = ({c: summarize(piped, c) for c in CLOCKS}
-                                        if piped else None)
-            run["summary_torchrec"] = ({c: summarize(by_torchrec, c) for c in CLOCKS}
-                                       if by_torchrec else None)
+            run.update(run_summaries(run["plans"]))
         if len(sec["runs"]) >= 2:
             a, b = (sec["runs"][k]["plans"] for k in (0, 1))
             names = [n for n in PLANS if n in a]

@@ -99,30 +99,31 @@ class MemProbe:
     def phase(self, name: str) -> Iterator[None]:
         if self.finished:  # the timed steps: nothing probed, nothing added to their time
             yield
-        elif self.cuda:
-            torch.cuda.synchronize(self.device)
-            start = torch.cuda.memory_allocated(self.device)
-            if self.measuring and self.step_start < 0:
-                self.step_start = start
-            torch.cuda.reset_peak_memory_stats(self.device)
-            try:
-                with torch.profiler.record_function(_TAG + ("m:" if self.measuring else "w:")
-                                                    + name):
-                    yield
-            finally:
-                torch.cuda.synchronize(self.device)
-                if self.measuring:
-                    top = torch.cuda.max_memory_allocated(self.device)
-                    self.peak[name] = max(self.peak[name], top)
-                    self.transient[name] = max(self.transient[name], top - start)
-                    self.reserved[name] = max(self.reserved[name],
-                                              torch.cuda.max_memory_reserved(self.device))
-                    self.requested[name] = max(self.requested[name],
-                                               _requested(self.device, "peak"))
-        else:
-            with torch.profiler.record_function(_TAG + ("m:" if self.measuring else "w:")
-                                                + name):
+            return
+        # The profiler's range, whose allocations the replay assigns to the phase.
+        span = torch.profiler.record_function(_TAG + ("m:" if self.measuring else "w:") + name)
+        if not self.cuda:
+            with span:
                 yield
+            return
+        torch.cuda.synchronize(self.device)
+        start = torch.cuda.memory_allocated(self.device)
+        if self.measuring and self.step_start < 0:
+            self.step_start = start
+        torch.cuda.reset_peak_memory_stats(self.device)
+        try:
+            with span:
+                yield
+        finally:
+            torch.cuda.synchronize(self.device)
+            if self.measuring:
+                top = torch.cuda.max_memory_allocated(self.device)
+                self.peak[name] = max(self.peak[name], top)
+                self.transient[name] = max(self.transient[name], top - start)
+                self.reserved[name] = max(self.reserved[name],
+                                          torch.cuda.max_memory_reserved(self.device))
+                self.requested[name] = max(self.requested[name],
+                                           _requested(self.device, "peak"))
 
     def finish(self) -> dict[str, Any]:
         """Stop measuring; the figures as JSON."""
