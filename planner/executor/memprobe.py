@@ -20,14 +20,19 @@ can differ from the statistics' by the rounding.
 CPU: torch.profiler with profile_memory=True records every allocation and free the c10 CPU
 allocator makes (size, address, time); the probe replays them in time order, matching frees
 to allocations by address, and takes the peak of live bytes inside each phase (a
-record_function range). Frees made on the collectives' own threads are not recorded: such a
-block counts until its address is handed out again, so the CPU figure can only err upwards
-(tens of KB in the 4-rank test plan). Memory not from torch's allocator (numpy arrays,
-memory-mapped files) is not seen: the executor copies what it takes from numpy into
-torch-owned tensors on every device. A CPU run keeps every tier in one memory, so its peak
-is compared with the model's HBM plus DDR for the rank. The process's resident-set
-high-water mark (VmHWM) is recorded beside it as a cross-check, not compared.
-"""
+record_function range). Frees made on another thread are not recorded: gloo's worker threads
+now and then drop a collective's buffer last, even after the rank saw their references go
+(comm.py waits for that; about one output buffer in 250 was still freed there, which put 4
+of 82 ranks of three fidelity plans over the model by that buffer, none of 240 since). So
+the probe watches the collectives' buffers (`watch`: a weak reference to each storage) and,
+at every phase boundary and after every collective (`reap`), marks in the profiler's
+timeline the ones that are gone; the replay frees such a block at that mark when no free was
+recorded. A block freed unseen thus counts until the next mark, never less long than it
+lived, so the CPU figure can only err upwards, by at most that span. Memory not from torch's
+allocator (numpy arrays, memory-mapped files) is not seen: the executor copies what it takes
+from numpy into torch-owned tensors on every device. A CPU run keeps every tier in one
+memory, so its peak is compared with the model's HBM plus DDR for the rank. The process's
+resident-set high-water mark (VmHWM) is recorded beside it as a cross-check, not compared."""
 
 from collections import defaultdict
 from collections.abc import Iterator
@@ -62,6 +67,9 @@ class MemProbe:
         self.init_requested = 0  # CUDA: requested after the rank's tables were built
         self._prof: Any = None
         self.finished = False
+        # Watched buffers not yet seen gone: (serial, data address, weak storage reference).
+        self._watched: list[tuple[int, int, int]] = []
+        self._serial = 0
         # Bytes alive at the step's peak, by "phase | operators" that allocated them
         self.peak_blocks: dict[str, dict[str, int]] = {}
         if self.cuda:
@@ -95,16 +103,47 @@ class MemProbe:
         with torch.profiler.record_function(_TAG + "measure_mark"):
             pass
 
+    def watch(self, *tensors: torch.Tensor) -> None:
+        """Buffers another thread may free last (a collective's): their storages' end is
+        observed by `reap` (CPU, while the profiler records; CUDA's allocator sees every
+        thread's frees)."""
+        if self.cuda or self.finished:
+            return
+        for t in tensors:
+            st = t.untyped_storage()
+            if st.nbytes() == 0:
+                continue
+            self._serial += 1
+            with torch.profiler.record_function(f"{_TAG}watch:{st.data_ptr()}:{self._serial}"):
+                pass
+            self._watched.append((self._serial, st.data_ptr(), st._weak_ref()))
+
+    def reap(self) -> None:
+        """Mark in the profiler's timeline every watched buffer that is gone by now."""
+        keep = []
+        for serial, ptr, ref in self._watched:
+            if torch.UntypedStorage._expired(ref):
+                torch.UntypedStorage._free_weak_ref(ref)
+                with torch.profiler.record_function(f"{_TAG}gone:{ptr}:{serial}"):
+                    pass
+            else:
+                keep.append((serial, ptr, ref))
+        self._watched = keep
+
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
         if self.finished:  # the timed steps: nothing probed, nothing added to their time
             yield
             return
+        self.reap()
         # The profiler's range, whose allocations the replay assigns to the phase.
         span = torch.profiler.record_function(_TAG + ("m:" if self.measuring else "w:") + name)
         if not self.cuda:
-            with span:
-                yield
+            try:
+                with span:
+                    yield
+            finally:
+                self.reap()
             return
         torch.cuda.synchronize(self.device)
         start = torch.cuda.memory_allocated(self.device)
@@ -127,7 +166,11 @@ class MemProbe:
 
     def finish(self) -> dict[str, Any]:
         """Stop measuring; the figures as JSON."""
+        self.reap()
         self.finished = True
+        for _, _, ref in self._watched:
+            torch.UntypedStorage._free_weak_ref(ref)
+        self._watched = []
         self._prof.__exit__(None, None, None)
         self._replay()
         self._prof = None
@@ -191,16 +234,10 @@ class MemProbe:
                    ) -> None:
         """Bytes alive at event `upto`, by (phase allocated in, operator chain): what the
         peak is made of, so an excess over the model can be traced to a buffer."""
-        live: dict[int, tuple[int, str]] = {}
-        for _, ptr, size, phase, op in events[:upto + 1]:
-            if ptr == 0 and size == 0:
-                continue
-            if size > 0:
-                live[ptr] = (size, f"{phase or 'setup'} | {op or '-'}")
-            else:
-                live.pop(ptr, None)
         groups: dict[str, list[int]] = defaultdict(lambda: [0, 0])
-        for size, key in live.values():
+        for size, at in replay_events(events, upto).live.values():
+            _, _, _, phase, op = events[at]
+            key = f"{phase or 'setup'} | {op or '-'}"
             groups[key][0] += size
             groups[key][1] += 1
         self.peak_blocks = {k: {"bytes": v[0], "blocks": v[1]} for k, v in
@@ -218,21 +255,42 @@ class Replayed:
     init_bytes: int = 0
     init_peak: int = 0
     at_top: int = -1
+    # ptr -> (bytes, index of its allocation event) of the blocks alive where the replay
+    # stopped
+    live: dict[int, tuple[int, int]] = field(default_factory=dict)
 
 
-def replay_events(events: list[tuple[int, int, int, str | None, str]]) -> Replayed:
+def replay_events(events: list[tuple[int, int, int, str | None, str]],
+                  upto: int | None = None) -> Replayed:
     """Peaks per phase from (time, ptr, size, phase, op) events in time order (size < 0 or a
-    known ptr with size 0: a free; ptr 0 and size 0: a phase or mark begins)."""
+    known ptr with size 0: a free; ptr 0 and size 0: a mark, whose `phase` names it: a phase
+    or mark begins, or `watch:PTR:N` (the block at PTR is watched buffer N) and `gone:PTR:N`
+    (buffer N is gone by now: the block is freed here if its free was not recorded). With
+    `upto`, the replay stops after that event and `live` holds the blocks alive then."""
     r = Replayed()
-    live: dict[int, int] = {}
+    live: dict[int, tuple[int, int]] = {}  # ptr -> (bytes, index of its allocation event)
+    watched: dict[str, int] = {}  # buffer -> index of its block's allocation event
     total = 0
     measuring = False
     init_done = False
     start = 0
     top = -1
     for i, (_, ptr, size, phase, _op) in enumerate(events):
-        if ptr == 0 and size == 0:  # a phase or mark begins
-            if phase == "init_mark":
+        if upto is not None and i > upto:
+            break
+        if ptr == 0 and size == 0:  # a mark
+            kind, _, rest = (phase or "").partition(":")
+            if kind in ("watch", "gone"):
+                at, serial = rest.split(":")
+                block = live.get(int(at))
+                if block is None:  # not allocated while recording, or its free was seen
+                    continue
+                if kind == "watch":
+                    watched[serial] = block[1]
+                elif watched.pop(serial, None) == block[1]:  # that very block, not a reuse
+                    total -= block[0]
+                    del live[int(at)]
+            elif phase == "init_mark":
                 r.init_bytes = total
                 init_done = True
             elif phase == "measure_mark":
@@ -245,11 +303,11 @@ def replay_events(events: list[tuple[int, int, int, str | None, str]]) -> Replay
             continue
         if size > 0:
             # An address handed out again was freed, whether or not the profiler saw the
-            # free (frees on the collectives' threads are not recorded).
-            total += size - live.pop(ptr, 0)
-            live[ptr] = size
+            # free (one made on another thread is not recorded).
+            total += size - live.pop(ptr, (0, -1))[0]
+            live[ptr] = (size, i)
         elif ptr in live:  # frees of memory allocated before profiling are not seen
-            total -= live.pop(ptr)
+            total -= live.pop(ptr)[0]
         if not init_done:
             r.init_peak = max(r.init_peak, total)
         if measuring and phase is not None and phase.startswith("m:"):
@@ -258,6 +316,7 @@ def replay_events(events: list[tuple[int, int, int, str | None, str]]) -> Replay
             r.transient[p] = max(r.transient[p], total - start)
             if total > top:
                 top, r.at_top = total, i
+    r.live = live
     return r
 
 

@@ -181,6 +181,7 @@ class RankExecutor:
         self.seconds: dict[str, float] = defaultdict(float)
         self.timer = Timer(device, self.seconds)
         comm.timer = self.timer
+        comm.probe = self.mem
         for st in self.stores.values():
             st.host_span = self._host_span
         # Replicas' gradients in DDP's buckets: ready order (the backward reaches the last

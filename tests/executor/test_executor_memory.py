@@ -10,7 +10,7 @@ torch = pytest.importorskip("torch")
 
 from planner.executor.demo import all_types_plan  # noqa: E402
 from planner.executor.job import RunOptions, read_job, result_file  # noqa: E402
-from planner.executor.memprobe import MemProbe  # noqa: E402
+from planner.executor.memprobe import MemProbe, replay_events  # noqa: E402
 from planner.executor.run import ExecutionReport, _compare_peak, execute  # noqa: E402
 
 PEAK_CHECK = "memory peak per rank, allocator-measured <= memory model"
@@ -36,6 +36,77 @@ def test_cpu_probe_measures_what_a_phase_allocates_and_frees():
     assert got["phase_peak"]["backward"] < got["init_bytes"] + MIB
     assert got["step_peak"] == got["phase_peak"]["lookup"]
     del keep
+
+
+def test_a_buffer_freed_on_another_thread_stops_counting_once_the_probe_sees_it_gone():
+    """torch.profiler records no free made on another thread (gloo's workers drop a
+    collective's buffer last now and then): unwatched, such a block counts as live until its
+    address is reused; watched (MemProbe.watch), it stops counting at the probe's next mark,
+    here the next phase's start."""
+    import threading
+
+    def run(watch: bool) -> dict:
+        probe = MemProbe(torch.device("cpu"))
+        probe.mark_init()
+        probe.start_measuring()
+        with probe.phase("output_a2a_fwd"):
+            box = [torch.ones(4 * MIB // 4)]  # 4 MiB
+            if watch:
+                probe.watch(box[0])
+            freer = threading.Thread(target=box.clear)  # the last reference, dropped there
+            freer.start()
+            freer.join()
+        with probe.phase("backward"):
+            _ = torch.ones(16) + 1
+        return probe.finish()
+
+    seen = run(watch=True)
+    assert seen["phase_peak"]["output_a2a_fwd"] >= seen["step_start"] + 4 * MIB
+    assert seen["phase_peak"]["backward"] < seen["step_start"] + MIB
+    # Why the probe watches: unwatched, the free made on the other thread is not seen.
+    unseen = run(watch=False)
+    assert unseen["phase_peak"]["backward"] >= unseen["step_start"] + 4 * MIB
+
+
+def test_replay_frees_a_watched_block_at_its_gone_mark_and_never_a_reuse_of_its_address():
+    """replay_events: a watched block whose free was not recorded is freed at its `gone`
+    mark; a gone mark for a block whose free was recorded, or whose address a later block
+    took, frees nothing (the later block stays live)."""
+    def mark(t: int, name: str) -> tuple:
+        return (t, 0, 0, name, "")
+
+    def alloc(t: int, ptr: int, size: int, phase: str = "m:lookup") -> tuple:
+        return (t, ptr, size, phase, "")
+
+    base = [mark(0, "init_mark"), mark(1, "measure_mark"), mark(2, "m:lookup")]
+    # Block A (1,000 B at address 7) watched, freed unseen, marked gone before the next
+    # phase begins (MemProbe.phase reaps before it opens its range).
+    got = replay_events([*base, alloc(3, 7, 1000), mark(4, "watch:7:1"), mark(5, "gone:7:1"),
+                         mark(6, "m:backward"), alloc(7, 9, 10, "m:backward")])
+    assert got.peak["lookup"] == 1000 and got.peak["backward"] == 10
+    # Marked gone inside the next phase: it counts until the mark, never less long than it
+    # lived.
+    got = replay_events([*base, alloc(3, 7, 1000), mark(4, "watch:7:1"), mark(5, "m:backward"),
+                         mark(6, "gone:7:1"), alloc(7, 9, 10, "m:backward")])
+    assert got.peak["backward"] == 1000
+    # Without the gone mark it would still count.
+    got = replay_events([*base, alloc(3, 7, 1000), mark(4, "watch:7:1"), mark(5, "m:backward"),
+                         alloc(7, 9, 10, "m:backward")])
+    assert got.peak["backward"] == 1010
+    # A's free recorded, B (500 B) takes address 7, then A's gone mark: B stays.
+    got = replay_events([*base, alloc(3, 7, 1000), mark(4, "watch:7:1"), alloc(5, 7, -1000),
+                         alloc(6, 7, 500), mark(7, "gone:7:1"), alloc(8, 9, 10)])
+    assert got.peak["lookup"] == 1000 and sorted(got.live) == [7, 9]
+    assert got.live[7][0] == 500
+    # A freed unseen, B handed address 7 (A counted freed by the reuse), A's gone mark: B
+    # stays.
+    got = replay_events([*base, alloc(3, 7, 1000), mark(4, "watch:7:1"), alloc(6, 7, 500),
+                         mark(7, "gone:7:1"), alloc(8, 9, 10)])
+    assert got.live[7][0] == 500 and got.peak["lookup"] == 1000
+    # `upto` stops the replay there: the blocks alive then.
+    events = [*base, alloc(3, 7, 1000), alloc(4, 8, 20), alloc(5, 7, -1000)]
+    assert sorted(replay_events(events, upto=4).live) == [7, 8]
+    assert sorted(replay_events(events).live) == [8]
 
 
 def _peak_check(rep: ExecutionReport, run, measured, predicted: list[int] | None = None
