@@ -247,7 +247,12 @@ def reported(run: Plan, reps: list[ExecutionReport], run_s: float, warm: int,
         "by_clock": {c: compare(run, rep.ranks, "cpu", collective_clock=c, repeats=more)
                      for c in CLOCKS},
         "hit_rate_check": None if hit is None else {"ok": hit.ok, "detail": hit.detail},
-        "checks_failed": sorted({ch.name for r in reps for ch in r.checks if not ch.ok})}
+        "checks_failed": sorted({ch.name for r in reps for ch in r.checks if not ch.ok}),
+        # Which of the executions failed which check, and its detail: enough to trace a
+        # rare failure (a memory check over the model in one execution of five).
+        "checks_failed_detail": [{"execution": i, "check": ch.name, "detail": ch.detail}
+                                 for i, r in enumerate(reps) for ch in r.checks
+                                 if not ch.ok]}
     if isinstance(referee, Plan):
         ranks = [{**r, "seconds_predicted": None} for r in rep.ranks]
         out["torchrec_by_clock"] = {c: compare(referee, ranks, "cpu", collective_clock=c,

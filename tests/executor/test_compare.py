@@ -195,7 +195,8 @@ def test_fidelity_slice_runs_one_stored_plan():
     path = fidelity.PLAN_DIR / "preset" / f"{name}.plan.json"
     p = Plan.model_validate_json(path.read_text())
     r = fidelity.run_plan(name, p)
-    assert not r["checks_failed"], r["checks_failed"]
+    assert not r["checks_failed"], r["checks_failed_detail"]
+    assert r["checks_failed_detail"] == []
     assert r["hit_rate_check"]["ok"]
     for clock in fidelity.CLOCKS:
         pl = r["by_clock"][clock]["plan"]
