@@ -21,14 +21,17 @@ CPU: torch.profiler with profile_memory=True records every allocation and free t
 allocator makes (size, address, time); the probe replays them in time order, matching frees
 to allocations by address, and takes the peak of live bytes inside each phase (a
 record_function range). Frees made on another thread are not recorded: gloo's worker threads
-now and then drop a collective's buffer last, even after the rank saw their references go
-(comm.py waits for that; about one output buffer in 250 was still freed there, which put 4
-of 82 ranks of three fidelity plans over the model by that buffer, none of 240 since). So
-the probe watches the collectives' buffers (`watch`: a weak reference to each storage) and,
-at every phase boundary and after every collective (`reap`), marks in the profiler's
-timeline the ones that are gone; the replay frees such a block at that mark when no free was
-recorded. A block freed unseen thus counts until the next mark, never less long than it
-lived, so the CPU figure can only err upwards, by at most that span. Memory not from torch's
+now and then drop a collective's buffer last, even after comm.py's wait for their references
+to go (bounded by SETTLE_S; a timeout is not told apart); about one output buffer in 250 was
+still freed there, which put 4 of 82 ranks of three fidelity plans over the model by that
+buffer, none of 240 since. So the probe watches the collectives' buffers (`watch`: a weak
+reference to each storage) and, at every phase boundary and after every collective (`reap`),
+marks in the profiler's timeline the ones that are gone; the replay frees such a block at
+that mark when no free was recorded. A watched block freed unseen thus counts until the next
+mark after its storage's last reference went: upwards by at most that span (and the memory
+itself is released on that thread microseconds after the reference goes, which a mark may
+precede by as much); `freed_unseen` counts such blocks per rank. Any other block freed on
+another thread would still count until its address is reused. Memory not from torch's
 allocator (numpy arrays, memory-mapped files) is not seen: the executor copies what it takes
 from numpy into torch-owned tensors on every device. A CPU run keeps every tier in one
 memory, so its peak is compared with the model's HBM plus DDR for the rank. The process's
@@ -70,6 +73,8 @@ class MemProbe:
         # Watched buffers not yet seen gone: (serial, data address, weak storage reference).
         self._watched: list[tuple[int, int, int]] = []
         self._serial = 0
+        self.buffers_watched = 0
+        self.freed_unseen = 0  # watched blocks the replay freed at their gone mark
         # Bytes alive at the step's peak, by "phase | operators" that allocated them
         self.peak_blocks: dict[str, dict[str, int]] = {}
         if self.cuda:
@@ -114,6 +119,7 @@ class MemProbe:
             if st.nbytes() == 0:
                 continue
             self._serial += 1
+            self.buffers_watched += 1
             with torch.profiler.record_function(f"{_TAG}watch:{st.data_ptr()}:{self._serial}"):
                 pass
             self._watched.append((self._serial, st.data_ptr(), st._weak_ref()))
@@ -186,6 +192,9 @@ class MemProbe:
             "rss_hwm": _vm_hwm(),
         }
         out["peak_blocks"] = self.peak_blocks
+        if not self.cuda:
+            out["buffers_watched"] = self.buffers_watched
+            out["freed_unseen"] = self.freed_unseen
         if self.cuda:
             out["phase_requested_peak"] = dict(self.requested)
             out["init_requested"] = self.init_requested
@@ -227,6 +236,7 @@ class MemProbe:
             self.peak, self.transient = r.peak, r.transient
             self.step_start, self.init_bytes, self.init_peak = (r.step_start, r.init_bytes,
                                                                 r.init_peak)
+        self.freed_unseen = r.freed_unseen
         if r.at_top >= 0:
             self._breakdown(events, r.at_top)
 
@@ -255,6 +265,7 @@ class Replayed:
     init_bytes: int = 0
     init_peak: int = 0
     at_top: int = -1
+    freed_unseen: int = 0  # blocks freed at their gone mark (their free was not recorded)
     # ptr -> (bytes, index of its allocation event) of the blocks alive where the replay
     # stopped
     live: dict[int, tuple[int, int]] = field(default_factory=dict)
@@ -290,6 +301,7 @@ def replay_events(events: list[tuple[int, int, int, str | None, str]],
                 elif watched.pop(serial, None) == block[1]:  # that very block, not a reuse
                     total -= block[0]
                     del live[int(at)]
+                    r.freed_unseen += 1
             elif phase == "init_mark":
                 r.init_bytes = total
                 init_done = True

@@ -337,7 +337,8 @@ def _compare_peak(rep: ExecutionReport, run: Plan, measured: list[dict[str, Any]
                 "allocator_rounding": extra,
                 "requested_after_init": pm.get("init_requested")} if req else {}),
             **{k: pm[k] for k in ("phase_reserved_peak", "step_reserved_peak",
-                                  "num_alloc_retries", "num_ooms", "peak_blocks") if k in pm},
+                                  "num_alloc_retries", "num_ooms", "peak_blocks", "buffers_watched",
+                                  "freed_unseen") if k in pm},
         }
         if req:
             rounding.append(f"; rank {m['rank']}: the allocator's blocks {pm['step_peak']:,} B"
