@@ -84,8 +84,8 @@ def test_replay_frees_a_watched_block_at_its_gone_mark_and_never_a_reuse_of_its_
     got = replay_events([*base, alloc(3, 7, 1000), mark(4, "watch:7:1"), mark(5, "gone:7:1"),
                          mark(6, "m:backward"), alloc(7, 9, 10, "m:backward")])
     assert got.peak["lookup"] == 1000 and got.peak["backward"] == 10
-    # Marked gone inside the next phase: it counts until the mark, never less long than it
-    # lived.
+    # Marked gone inside the next phase: it counts until the mark (an upper bound on when
+    # it went).
     got = replay_events([*base, alloc(3, 7, 1000), mark(4, "watch:7:1"), mark(5, "m:backward"),
                          mark(6, "gone:7:1"), alloc(7, 9, 10, "m:backward")])
     assert got.peak["backward"] == 1000
