@@ -120,9 +120,10 @@ class MemProbe:
                 continue
             self._serial += 1
             self.buffers_watched += 1
-            with torch.profiler.record_function(f"{_TAG}watch:{st.data_ptr()}:{self._serial}"):
+            ptr = st.data_ptr()
+            with torch.profiler.record_function(f"{_TAG}watch:{ptr}:{self._serial}"):
                 pass
-            self._watched.append((self._serial, st.data_ptr(), st._weak_ref()))
+            self._watched.append((self._serial, ptr, st._weak_ref()))
 
     def reap(self) -> None:
         """Mark in the profiler's timeline every watched buffer that is gone by now."""
