@@ -21,9 +21,12 @@ two cost models against one set of measurements.
 
 Before calibration: plans predicted on the h100 preset (GPU figures against a CPU: the
 errors are the distance between the two machines, only the rankings mean anything). After
-calibration: when `planner calibrate` exists, it is run on this machine first, every run
-(its own microbenchmarks, never these plans), and every plan is made with `--hardware` that
-profile (a kept plan's layout scored again under it); otherwise the results say "not available".
+calibration: when `planner calibrate` exists, it is run on this machine every run (its own
+microbenchmarks, never these plans) in sessions beside the passes, one before the first and
+one after each (Sessions), and every plan is priced with `--hardware` the fit of all the
+sessions (`planner calibrate --from`, each point their median; a kept plan's layout scored
+again under it, the executions reported against that); otherwise the results say "not
+available".
 
 Usage (from the repo root):
     PYTHONPATH=. python -m benchmarks.fidelity [--only NAME ...] [--runs 2]
@@ -39,6 +42,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +60,9 @@ FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "models"
 # The plans scored, kept: CP-SAT may place a table elsewhere on another machine, so the
 # figures are tied to these files (delete one to plan it again).
 PLAN_DIR = RESULTS / "fidelity_plans"
+# The calibrated set's calibration sessions (Sessions), kept: the profile is their fit
+# (`planner calibrate --from` them gives it again).
+SESSIONS_DIR = RESULTS / "fidelity_sessions"
 STEPS = 3  # measured steps per run: memory, bytes and cache hit rates
 TIMED_STEPS = 11  # timed steps after them (no memory probe): their medians are compared
 # Executions of each plan per run, each rank's phase figure the median over them: a rank's
@@ -198,16 +205,21 @@ def torchrec_priced(p: Plan, name: str) -> Plan | str:
         return f"{type(e).__name__}: {e}"
 
 
-def run_plan(name: str, p: Plan, referee: Plan | str | None = None) -> dict[str, Any]:
-    """The plan executed EXECUTIONS times in a row, reported as `reported` reports."""
-    return run_rounds([(name, p, referee)])[0]
+@dataclass(frozen=True)
+class Executed:
+    """One plan's executions in a pass: their reports, the seconds they took, the warmup
+    steps each ran."""
+
+    reps: list[ExecutionReport]
+    run_s: float
+    warm: int
 
 
-def run_rounds(items: list[tuple[str, Plan, Plan | str | None]]) -> list[dict[str, Any]]:
-    """Every (name, plan, referee) executed EXECUTIONS times, in rounds: each round runs
-    every plan once, in order, so a slow spell of this shared machine (minutes long) falls
-    on every plan alike instead of on the few that ran during it, and the plans' order is
-    kept. Each plan is reported by `reported`."""
+def executed_rounds(items: list[tuple[str, Plan, Plan | str | None]]) -> list[Executed]:
+    """Every (name, plan, _) executed EXECUTIONS times, in rounds: each round runs every
+    plan once, in order, so a slow spell of this shared machine (minutes long) falls on
+    every plan alike instead of on the few that ran during it, and the plans' order is
+    kept."""
     warm = [warmup_for(p, *PLANS[n][6:8]) for n, p, _ in items]
     reps: list[list[ExecutionReport]] = [[] for _ in items]
     took = [0.0] * len(items)
@@ -216,8 +228,16 @@ def run_rounds(items: list[tuple[str, Plan, Plan | str | None]]) -> list[dict[st
             t0 = time.perf_counter()
             reps[i].append(timed_execution(p, *PLANS[n][6:8], warm[i]))
             took[i] += time.perf_counter() - t0
-    return [reported(scaled_plan(p, *PLANS[n][6:8]), reps[i], took[i], warm[i], referee)
-            for i, (n, p, referee) in enumerate(items)]
+    return [Executed(reps[i], took[i], warm[i]) for i in range(len(items))]
+
+
+def reported_runs(items: list[tuple[str, Plan, Plan | str | None]], executed: list[Executed]
+                  ) -> list[dict[str, Any]]:
+    """Each (name, plan, referee)'s executions reported against the plan's prediction (the
+    plan priced under the profile the figures are held to: the same pieces as the plan
+    that ran, whose cost constants execution does not read)."""
+    return [reported(scaled_plan(p, *PLANS[n][6:8]), e.reps, e.run_s, e.warm, referee)
+            for (n, p, referee), e in zip(items, executed, strict=True)]
 
 
 def reported(run: Plan, reps: list[ExecutionReport], run_s: float, warm: int,
@@ -423,7 +443,7 @@ def made_here(profile: Path) -> bool:
 
 def calibrated_hardware(reuse: bool = False) -> dict[str, Any] | None:
     """`planner calibrate` on this machine (its microbenchmarks, not the plans scored; about
-    35 s), as a hardware spec; None when the command does not exist. Run every time: a
+    70 s), as a hardware spec; None when the command does not exist. Run every time: a
     profile kept from another machine is not this one's (the kept profile of 11-24 was made
     on another kernel build, fc-v657, and this machine's kernel constants came out 0.5-1.5x
     of it). `reuse`: keep the profile there is, if it was made on this machine (made_here)."""
@@ -431,27 +451,88 @@ def calibrated_hardware(reuse: bool = False) -> dict[str, Any] | None:
         return None
     out = RESULTS / "fidelity_profile.json"
     if not (reuse and out.exists() and made_here(out)):
-        subprocess.run(["planner", "calibrate", "--device", "cpu", "--world-size",
-                        str(RANKS), "-o", str(out)], check=True)
+        calibrate(out)
     return json.loads(out.read_text())
 
 
-def run_set(hardware: dict[str, Any], tag: str, names: list[str], runs: int
-            ) -> dict[str, Any]:
+def calibrate(out: Path, sessions: list[Path] | None = None) -> None:
+    """`planner calibrate` writing `out`: a session on this machine, or with `sessions` the
+    fit of those sessions' measurements (each point their median, `--from`)."""
+    fit = [a for s in sessions or [] for a in ("--from", str(s))]
+    measure = [] if sessions else ["--device", "cpu", "--world-size", str(RANKS)]
+    subprocess.run(["planner", "calibrate", *measure, *fit, "--quiet", "-o", str(out)],
+                   check=True)
+
+
+class Sessions:
+    """The calibrated set's calibration, measured beside the runs it is to predict: one
+    session before the first pass, one after each (SESSIONS_DIR), and the profile the
+    median of them all (`planner calibrate --from`). A single session here sat 25-34% off
+    the executions it predicted when a slow spell fell on it (7f82960); three sessions
+    spanning the passes put the machine's drift inside the median."""
+
+    def __init__(self) -> None:
+        shutil.rmtree(SESSIONS_DIR, ignore_errors=True)
+        SESSIONS_DIR.mkdir(parents=True)
+        self.paths: list[Path] = []
+
+    def measure(self) -> dict[str, Any]:
+        """One more session; the profile it alone fits (what the plans run under until
+        the last: execution does not read the cost constants)."""
+        path = SESSIONS_DIR / f"session{len(self.paths)}.json"
+        calibrate(path)
+        self.paths.append(path)
+        return json.loads(path.read_text())
+
+    def profile(self) -> dict[str, Any]:
+        """The fit of every session so far, written as the run's profile."""
+        out = RESULTS / "fidelity_profile.json"
+        calibrate(out, [p.with_suffix(".provenance.json") for p in self.paths])
+        return json.loads(out.read_text())
+
+    def summary(self) -> dict[str, Any]:
+        """When each session ran and how far each sat from the median (the profile's
+        provenance: session_spread)."""
+        prov = json.loads((RESULTS / "fidelity_profile.provenance.json").read_text())
+        return {"dates": [s["date"] for s in prov["sessions"]],
+                "files": [str(Path(s["file"]).relative_to(RESULTS.parent.parent))
+                          for s in prov["sessions"]],
+                "spread": prov["session_spread"]}
+
+
+def run_set(hardware: dict[str, Any], tag: str, names: list[str], runs: int,
+            sessions: Sessions | None = None) -> dict[str, Any]:
+    """Every plan of `names` executed in `runs` passes (run_rounds each) and compared with
+    its prediction on `hardware`; with `sessions`, a calibration session after each pass
+    and the predictions those of every session's median profile (out["profile"])."""
     plans = {n: plan_for(n, hardware, tag) for n in names}
     out: dict[str, Any] = {"runs": []}
     # One untimed run first: the launcher's first start (its forkserver importing torch)
     # overlapped the first plan's steps and slowed its collectives 2-3x (measured).
-    run_plan(names[0], plans[names[0]][0])
-    # The same runs priced by TorchRec's estimator too: a referee of the two cost models.
-    referees = {n: torchrec_priced(plans[n][0], n) for n in names}
+    reported_runs([(names[0], plans[names[0]][0], None)],
+                  executed_rounds([(names[0], plans[names[0]][0], None)]))
     # Each pipelined plan runs beside its sequential twin (the same layout run in turn).
     twins = {n: sequential_twin(plans[n][0]) for n in names if n in PIPELINED}
-    items = [(n, plans[n][0], referees[n]) for n in names]
+    items = [(n, plans[n][0], None) for n in names]
     items += [(n, twin, None) for n, twin in twins.items()]
-    for i in range(runs):
+    executed = []
+    for _ in range(runs):
+        executed.append(executed_rounds(items))
+        if sessions is not None:
+            sessions.measure()
+    if sessions is not None:
+        hardware = sessions.profile()
+        out["profile"] = "benchmarks/results/fidelity_profile.json"
+        out["sessions"] = sessions.summary()
+        plans = {n: plan_for(n, hardware, tag) for n in names}
+        twins = {n: sequential_twin(plans[n][0]) for n in names if n in PIPELINED}
+    # The same runs priced by TorchRec's estimator too: a referee of the two cost models.
+    referees = {n: torchrec_priced(plans[n][0], n) for n in names}
+    priced = [(n, plans[n][0], referees[n]) for n in names]
+    priced += [(n, twin, None) for n, twin in twins.items()]
+    for i, ex in enumerate(executed):
         res = {}
-        done = run_rounds(items)
+        done = reported_runs(priced, ex)
         by_name = dict(zip(names, done[:len(names)], strict=True))
         twin_of = dict(zip(twins, done[len(names):], strict=True))
         for n in names:
@@ -488,6 +569,22 @@ def _f(x: float | None, pct: bool = False) -> str:
     return f"{x * 100:.1f}%" if pct else f"{x:.3g}"
 
 
+def sessions_lines(got: dict[str, Any]) -> list[str]:
+    """The calibration sessions' lines: when each ran and how far each sat from the
+    median the profile fits."""
+    spread = got["spread"]
+    kinds = [k for k in ("lookup", "backward", "host", "step_alltoall", "alltoall",
+                         "allreduce") if k in spread]
+    return [f"Calibrated by {len(got['dates'])} `planner calibrate` sessions beside the "
+            "passes (before the first, after each; "
+            f"`{SESSIONS_DIR.relative_to(RESULTS.parent.parent)}/`), at "
+            + ", ".join(got["dates"]) + "; the profile is their fit, each point the median "
+            "over them (`planner calibrate --from`). Each session's median time over the "
+            "median's, per kind of point: "
+            + "; ".join(f"{k} " + " / ".join(_f(x) for x in spread[k]["session_over_median"])
+                        for k in kinds) + ".", ""]
+
+
 def markdown(body: dict[str, Any]) -> str:
     lines = [
         "# Fidelity: predicted against measured step time", "",
@@ -522,6 +619,8 @@ def markdown(body: dict[str, Any]) -> str:
         if sec is None:
             lines += [body.get("calibration_note", "not available"), ""]
             continue
+        if sec.get("sessions"):
+            lines += sessions_lines(sec["sessions"])
         if tag == "preset":
             lines += ["Predicted for H100s, measured on this CPU: the machine measured is "
                       "not the one predicted, so the errors only say how far apart the two "
@@ -663,13 +762,18 @@ def main(argv: list[str] | None = None) -> None:
         "load_before": load_before, "steps": STEPS, "code": code_state(),
         "preset": run_set(preset_dict("h100"), "preset", names, args.runs),
     }
-    hw = calibrated_hardware(args.reuse_profile)
-    if hw is None:
+    if not calibrate_available():
         body["calibrated"] = None
         body["calibration_note"] = ("after calibration: not available (`planner calibrate` "
                                     "does not exist on this commit)")
-    else:
+    elif args.reuse_profile and made_here(RESULTS / "fidelity_profile.json"):
+        hw = json.loads((RESULTS / "fidelity_profile.json").read_text())
         body["calibrated"] = run_set(hw, "calibrated", names, args.runs)
+    else:
+        # Calibrated beside the passes: a session before, one after each.
+        sessions = Sessions()
+        body["calibrated"] = run_set(sessions.measure(), "calibrated", names, args.runs,
+                                     sessions)
     body["load_after"] = [round(x, 2) for x in os.getloadavg()]
     body["seconds"] = time.perf_counter() - t0
     text = markdown(body)

@@ -152,6 +152,57 @@ def calibrations(n: int, clock: str = "wall") -> None:
     print("\n".join(lines))
 
 
+def sessions_scored(paths: list[Path], group: int, clock: str = "wall") -> None:
+    """Each calibration session (`planner calibrate`'s provenance file) scored alone, then
+    the fit of each run of `group` consecutive sessions (`planner calibrate --from`, each
+    point their median), against the committed measurements; the results written
+    (fidelity_sessions_rescore): whether a median of sessions moves less than one."""
+    measured = json.loads((RESULTS / "fidelity.json").read_text())
+    t0 = time.monotonic()
+    rows: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        sets = [[i] for i in range(len(paths))]
+        sets += [list(range(i, i + group)) for i in range(len(paths) - group + 1)]
+        for k, idx in enumerate(sets):
+            out = Path(tmp) / f"fit{k}.json"
+            subprocess.run(["planner", "calibrate", "--quiet", "-o", str(out),
+                            *[a for i in idx for a in ("--from", str(paths[i]))]],
+                           check=True, stdout=subprocess.DEVNULL)
+            hw = json.loads(out.read_text())
+            rows.append({"sessions": idx, "constants": hw["constants"],
+                         **score(hw, measured, clock)})
+    name = " ".join(str(p) for p in paths)
+    lines = ["# Calibration sessions, alone and as medians, scored against one set of "
+             "measurements", "",
+             f"Command: `PYTHONPATH=. python -m benchmarks.fidelity_rescore --clock {clock} "
+             f"--group {group} --sessions {name}`; {time.monotonic() - t0:.0f} s. "
+             f"Measurements: the committed `fidelity.json` (code "
+             f"{measured['code']['commit'][:10]}), its calibrated passes, collectives in "
+             f"{CLOCK_WORDS[clock]}. A row of one session is that `planner calibrate`'s "
+             f"profile; a row of {group} is `planner calibrate --from` them (each point the "
+             "median over the sessions), as benchmarks/fidelity calibrates.", "",
+             r"| sessions, pass | Spearman(predicted, measured step) | median \|error\| "
+             "per rank and phase | predicted slowest = measured | median signed error "
+             "per phase |", "|---|---:|---:|---:|---|"]
+    for r in rows:
+        for i, p in enumerate(r["passes"], 1):
+            lines.append(_line(f"{'+'.join(str(j) for j in r['sessions'])}, pass {i}", p))
+    lines.append("")
+    for size in sorted({len(r["sessions"]) for r in rows}):
+        errs = [p["median_abs_error"] for r in rows if len(r["sessions"]) == size
+                for p in r["passes"]]
+        sp = [p["spearman_step"] for r in rows if len(r["sessions"]) == size
+              for p in r["passes"]]
+        lines.append(f"- {size} session(s) a profile: median |error| {min(errs):.1%} to "
+                     f"{max(errs):.1%} (median {statistics.median(errs):.1%}), Spearman "
+                     f"{min(sp):.3f} to {max(sp):.3f}.")
+    lines.append("")
+    write_results("fidelity_sessions_rescore",
+                  {"measured_code": measured["code"], "clock": clock, "group": group,
+                   "sessions": [str(p) for p in paths], "rows": rows}, "\n".join(lines))
+    print("\n".join(lines))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("profiles", nargs="*", help="hardware profile JSON files to score")
@@ -160,7 +211,13 @@ def main() -> None:
     ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                     help="the collectives' measured clock to score against (fidelity.json "
                          "holds both)")
+    ap.add_argument("--sessions", nargs="*", type=Path, default=None,
+                    help="calibration sessions (provenance files) to score alone and as "
+                         "medians of --group consecutive ones")
+    ap.add_argument("--group", type=int, default=3)
     args = ap.parse_args()
+    if args.sessions:
+        sessions_scored(args.sessions, args.group, args.clock)
     if args.calibrations:
         calibrations(args.calibrations, args.clock)
     measured = json.loads((RESULTS / "fidelity.json").read_text())

@@ -6,6 +6,7 @@ buffer) whose three data-parallel tables fill two DDP buckets
 must still pass with one ring per bucket, and the timing must count one all-reduce call
 per bucket."""
 
+import json
 import random
 import time
 from collections import defaultdict
@@ -188,13 +189,26 @@ def test_buckets_run_one_ring_each_and_match_the_reference(bucket_plan, tmp_path
 def test_fidelity_slice_runs_one_stored_plan():
     """One plan of benchmarks/fidelity.py, run as the benchmark runs it: every check passes
     (bytes, memory, hit rates), both clocks give a measured step, the summary and the
-    Markdown are made from it."""
+    Markdown are made from it. The same executions reported against the layout priced
+    under another profile (as the calibrated set reprices its runs under the sessions'
+    median): the same measurements, that profile's prediction."""
     from benchmarks import fidelity
+    from planner.planning import evaluate, resolve
 
     name = "rm3_1x2_cache"  # an hbm_cache plan: the warm-up and hit-rate path too
     path = fidelity.PLAN_DIR / "preset" / f"{name}.plan.json"
     p = Plan.model_validate_json(path.read_text())
-    r = fidelity.run_plan(name, p)
+    executed = fidelity.executed_rounds([(name, p, None)])
+    r = fidelity.reported_runs([(name, p, None)], executed)[0]
+    hw = json.loads((fidelity.RESULTS / "fidelity_profile.json").read_text())
+    other = evaluate(PlanLayout(schema_version=p.schema_version,
+                                request=resolve(fidelity.request(name, hw)), tables=p.tables))
+    again = fidelity.reported_runs([(name, other, None)], executed)[0]
+    for clock in fidelity.CLOCKS:
+        a, b = (x["by_clock"][clock]["plan"] for x in (r, again))
+        assert a["measured_step_s"] == b["measured_step_s"]
+        assert a["predicted_step_s"] != pytest.approx(b["predicted_step_s"], rel=0.05)
+    assert again["executions_step_s_by_clock"] == r["executions_step_s_by_clock"]
     assert not r["checks_failed"], r["checks_failed_detail"]
     assert r["checks_failed_detail"] == []
     assert r["hit_rate_check"]["ok"]
