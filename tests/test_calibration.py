@@ -399,11 +399,14 @@ def test_rank_phases_of_several_pieces_recover_known_constants() -> None:
 
 
 def test_calibration_plans_give_each_rank_its_shape() -> None:
-    """executed.calibration_request: rank r of plan i holds SHAPES[(i * ranks + r) % n],
-    table-wise, and every shape is some rank's in plans_needed(ranks) plans; the model's
-    terms a point sums are its pieces' ids and bytes (uniform fp32 rows: ids x (row + id))."""
+    """executed.calibration_request: rank r of plan i holds RANK_SETS[(i * ranks + r) % n],
+    table-wise, and every rank set is some rank's in plans_needed(ranks) plans: each
+    one-shape set (SHAPES) and each mixed one (MIXED); the model's terms a point sums are its
+    pieces' ids and bytes (uniform fp32 rows: ids x (row + id))."""
     from planner.calibration.executed import (
         BATCHES,
+        MIXED,
+        RANK_SETS,
         SHAPES,
         _pieces_of,
         calibration_plan,
@@ -412,16 +415,27 @@ def test_calibration_plans_give_each_rank_its_shape() -> None:
     )
     from planner.presets import preset_dict
 
+    assert len(RANK_SETS) == len(SHAPES) + len(MIXED)
     seen = set()
     for i in range(plans_needed(2)):
-        _request, layout = calibration_request(i, 2, preset_dict("h100"))
+        request, layout = calibration_request(i, 2, preset_dict("h100"))
+        by_name = {t["name"]: t for t in request["model"]["tables"]}
         for r in range(2):
-            shape = SHAPES[(i * 2 + r) % len(SHAPES)]
-            seen.add(shape)
             mine = [t for t in layout if t["pieces"][0]["rank"] == r]
-            assert len(mine) == shape[0]
+            got = tuple((by_name[t["name"]]["num_embeddings"], by_name[t["name"]][
+                "embedding_dim"], int(by_name[t["name"]]["pooling_factor"]),
+                by_name[t["name"]]["optimizer"]) for t in mine)
+            assert got == tuple((rows, dim, pool, str(opt)) for rows, dim, pool, opt in
+                                RANK_SETS[(i * 2 + r) % len(RANK_SETS)])
+            seen.add(got)
             assert all(t["sharding_type"] == "table_wise" for t in mine)
-    assert seen == set(SHAPES)
+    assert len(seen) == len(RANK_SETS)
+    # The one-shape sets: `count` tables of one shape; the mixed ones: a dozen or more of
+    # sizes over three or more orders of magnitude.
+    for count, rows, dim, pool, opt in SHAPES:
+        assert ((rows, dim, pool, str(opt)),) * count in seen
+    for mixed in MIXED:
+        assert len(mixed) >= 10 and max(m[0] for m in mixed) >= 1000 * min(m[0] for m in mixed)
     plan = calibration_plan(1, 2, preset_dict("h100"))
     batch = BATCHES[1]
     for r, pieces in enumerate(_pieces_of(plan)):

@@ -6,8 +6,8 @@ a process group, all-to-alls between the phases), the executor's ranks ran their
 about a third slower and their backwards 20-35% faster than the fit said
 (benchmarks/fidelity, e44ea03; re-scored in benchmarks/results/fidelity_rescore.md), for
 reasons not found. So the kernels are now timed where the plans run: each calibration plan
-gives every rank a few table-wise pieces of one shape (rows, dim, pooling, optimizer), the
-executor runs it (its warm-up, then timed steps: compute in the rank thread's CPU time, each
+gives every rank a few table-wise pieces of one shape (rows, dim, pooling, optimizer), or a
+dozen or more tables of many sizes as a real plan's rank holds (MIXED), the executor runs it (its warm-up, then timed steps: compute in the rank thread's CPU time, each
 phase's median over the steps and over `reps` executions, as `planner execute --compare`
 measures), and each rank's lookup and backward phase becomes one point: the sum, over its
 pieces, of the cost model's own terms (traffic.piece_traffic: bytes, ids, distinct rows),
@@ -38,8 +38,8 @@ from planner.presets import preset_dict
 if TYPE_CHECKING:
     from planner.executor.run import ExecutionReport
 
-# (pieces on the rank, rows, dim, pooling, optimizer): rank r of calibration plan i holds
-# SHAPES[(i * ranks + r) % len(SHAPES)], one table per piece, table-wise in HBM.
+# (pieces on the rank, rows, dim, pooling, optimizer): a rank of some calibration plan holds
+# that many tables of one shape, one piece each, table-wise in HBM (RANK_SETS).
 SHAPES: tuple[tuple[int, int, int, int, Optimizer], ...] = (
     (4, 100, 16, 1, Optimizer.ROWWISE_ADAGRAD),
     (4, 4_000, 32, 20, Optimizer.ROWWISE_ADAGRAD),
@@ -58,6 +58,26 @@ SHAPES: tuple[tuple[int, int, int, int, Optimizer], ...] = (
     (2, 2_000, 128, 4, Optimizer.ROWWISE_ADAGRAD),
     (5, 500, 64, 16, Optimizer.ADAM),
 )
+# Ranks as real plans' ranks are: a dozen or more tables of many sizes, most of them small
+# (a feature's vocabulary runs from a handful of ids to millions). With the one-shape ranks
+# alone the fit priced the fidelity plans' lookups 25-49% short on ranks of 13 such tables
+# (477d27a's run); these carry that into the fit. (rows, dim, pooling, optimizer) per table.
+_R = Optimizer.ROWWISE_ADAGRAD
+MIXED: tuple[tuple[tuple[int, int, int, Optimizer], ...], ...] = (
+    tuple((rows, 16, 1, _R) for rows in (1, 2, 6, 15, 40, 100, 250, 650, 1_600, 4_000,
+                                         10_000, 20_000)),
+    tuple((rows, 128, 1 + k % 10, _R) for k, rows in enumerate(
+        (2, 5, 20, 60, 200, 700, 2_500, 9_000, 3, 30, 400, 6_000))),
+    tuple((rows, 64, 4, Optimizer.ADAM if k % 2 else Optimizer.SGD) for k, rows in
+          enumerate((10, 33, 100, 330, 1_000, 3_300, 10_000, 20_000, 35_000, 50_000))),
+    tuple((rows, 32, (1, 5, 20)[k % 3], _R if k % 2 else Optimizer.ADAGRAD) for k, rows in
+          enumerate((1, 3_000, 4, 1_000, 9, 300, 25, 100, 60, 30, 150, 10, 400, 3, 800, 2,
+                     1_500, 5, 2_000, 7))),
+)
+# What rank r of calibration plan i holds: RANK_SETS[(i * ranks + r) % len(RANK_SETS)].
+RANK_SETS: tuple[tuple[tuple[int, int, int, Optimizer], ...], ...] = (
+    *(((rows, dim, pooling, opt),) * count for count, rows, dim, pooling, opt in SHAPES),
+    *MIXED)
 # Samples per rank of calibration plan i: BATCHES[i % len(BATCHES)] (times batch_scale).
 BATCHES = (128, 128, 32, 256, 64, 48, 96, 160)
 # On a GPU the batches above are all launch: a 256-sample lookup of 80 ids of 32 floats reads
@@ -69,22 +89,22 @@ STEPS, TIMED_STEPS, WARMUP_STEPS = 2, 9, 2
 
 
 def plans_needed(ranks: int, plans: int | None = None) -> int:
-    """Calibration plans to run: `plans`, or (None) as many as give every shape to some
+    """Calibration plans to run: `plans`, or (None) as many as give every rank set to some
     rank once."""
-    return -(-len(SHAPES) // max(1, ranks)) if plans is None else plans
+    return -(-len(RANK_SETS) // max(1, ranks)) if plans is None else plans
 
 
 def calibration_request(i: int, ranks: int, hardware: dict[str, Any], batch_scale: int = 1,
                         pipelined: bool = False
                         ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """(request, table plans) of calibration plan i on one host of `ranks` GPUs of
-    `hardware` (a hardware spec dict): rank r's pieces are SHAPES[(i * ranks + r) %
-    len(SHAPES)], each rank's batch BATCHES[i % len(BATCHES)] * batch_scale; `pipelined`:
-    the step pipelined (bench_overlap)."""
+    `hardware` (a hardware spec dict): rank r's tables are RANK_SETS[(i * ranks + r) %
+    len(RANK_SETS)], each rank's batch BATCHES[i % len(BATCHES)] * batch_scale;
+    `pipelined`: the step pipelined (bench_overlap)."""
     tables, layout = [], []
     for r in range(ranks):
-        count, rows, dim, pooling, opt = SHAPES[(i * ranks + r) % len(SHAPES)]
-        for j in range(count):
+        for j, (rows, dim, pooling, opt) in enumerate(
+                RANK_SETS[(i * ranks + r) % len(RANK_SETS)]):
             name = f"r{r}_{j}"
             tables.append({"name": name, "num_embeddings": rows, "embedding_dim": dim,
                            "pooling_factor": float(pooling),
