@@ -269,8 +269,12 @@ def reported(run: Plan, reps: list[ExecutionReport], run_s: float, warm: int,
         "hit_rate_check": None if hit is None else {"ok": hit.ok, "detail": hit.detail},
         "checks_failed": sorted({ch.name for r in reps for ch in r.checks if not ch.ok}),
         # Which of the executions failed which check, and its detail: enough to trace a
-        # rare failure (a memory check over the model in one execution of five).
-        "checks_failed_detail": [{"execution": i, "check": ch.name, "detail": ch.detail}
+        # rare failure (a memory check over the model in one execution of five); for a
+        # memory check, each rank's measurement too (what was alive at its peak, by phase
+        # and operator; the blocks freed on a gloo thread the probe caught).
+        "checks_failed_detail": [{"execution": i, "check": ch.name, "detail": ch.detail,
+                                  **({"peak_memory": [rk.get("peak_memory") for rk in r.ranks]}
+                                     if ch.name.startswith("memory") else {})}
                                  for i, r in enumerate(reps) for ch in r.checks
                                  if not ch.ok]}
     if isinstance(referee, Plan):
