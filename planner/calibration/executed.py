@@ -7,13 +7,14 @@ about a third slower and their backwards 20-35% faster than the fit said
 (benchmarks/fidelity, e44ea03; re-scored in benchmarks/results/fidelity_rescore.md), for
 reasons not found. So the kernels are now timed where the plans run: each calibration plan
 gives every rank a few table-wise pieces of one shape (rows, dim, pooling, optimizer), or a
-dozen or more tables of many sizes as a real plan's rank holds (MIXED), the executor runs it (its warm-up, then timed steps: compute in the rank thread's CPU time, each
-phase's median over the steps and over `reps` executions, as `planner execute --compare`
-measures), and each rank's lookup and backward phase becomes one point: the sum, over its
-pieces, of the cost model's own terms (traffic.piece_traffic: bytes, ids, distinct rows),
-beside the measured seconds. The fit is then the model's form over the executor's own
-phases. The shapes span what scaled-down fixtures hold (30 to 200,000 rows, dims 16 to 128,
-bags of 1 to 80 ids, every optimizer); none is a plan benchmarks/fidelity scores.
+dozen or more tables of many sizes as a real plan's rank holds (MIXED), the executor runs it
+(its warm-up, then timed steps: compute in the rank thread's CPU time, each phase's median
+over the steps and over `reps` executions, as `planner execute --compare` measures), and
+each rank's lookup and backward phase becomes one point: the sum, over its pieces, of the
+cost model's own terms (traffic.piece_traffic: bytes, ids, distinct rows), beside the
+measured seconds. The fit is then the model's form over the executor's own phases. The
+shapes span what scaled-down fixtures hold (1 to 200,000 rows, dims 16 to 128, bags of 1 to
+80 ids, every optimizer); none is a plan benchmarks/fidelity scores.
 
 The same executions time the all-to-all's call where the plans make it (a2a_points): two
 calls a phase, each after an untimed barrier, with the step's packing between them. There a
