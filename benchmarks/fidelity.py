@@ -83,44 +83,71 @@ MAX_WARMUP = 40  # forward-only steps at most (warmup.py sizes them for the cach
 
 
 # name: (fixture, hosts, GPUs per host, solver, forced constraint, tables it applies to
-#        (the k largest; negative: the |k| smallest), scale_rows, batch per rank). The plans of
-# one fixture run different batches, so that their step times spread out: plans a few
-# percent apart are ties no measurement on a shared machine can order.
-PLANS: dict[str, tuple[str, int, int, str, dict[str, Any] | None, int, float, int]] = {
-    "kaggle_1x2_greedy": ("criteo_kaggle", 1, 2, "greedy", None, 0, 0.001, 256),
-    "kaggle_2x1_auto": ("criteo_kaggle", 2, 1, "auto", None, 0, 0.001, 128),
+#        (the k largest; negative: the |k| smallest), scale_rows).
+PLANS: dict[str, tuple[str, int, int, str, dict[str, Any] | None, int, float]] = {
+    "kaggle_1x2_greedy": ("criteo_kaggle", 1, 2, "greedy", None, 0, 0.001),
+    "kaggle_2x1_auto": ("criteo_kaggle", 2, 1, "auto", None, 0, 0.001),
     "kaggle_1x2_dp": ("criteo_kaggle", 1, 2, "greedy",
-                      {"sharding_types": ["data_parallel"]}, -10, 0.001, 384),
+                      {"sharding_types": ["data_parallel"]}, -10, 0.001),
     "kaggle_2x1_rw": ("criteo_kaggle", 2, 1, "greedy",
-                      {"sharding_types": ["row_wise"]}, 3, 0.001, 512),
-    "rm3_1x2_greedy": ("deeprecsys_rm3", 1, 2, "greedy", None, 0, 0.002, 64),
-    "rm3_2x1_ilp": ("deeprecsys_rm3", 2, 1, "ilp", None, 0, 0.002, 128),
+                      {"sharding_types": ["row_wise"]}, 3, 0.001),
+    "rm3_1x2_greedy": ("deeprecsys_rm3", 1, 2, "greedy", None, 0, 0.002),
+    "rm3_2x1_ilp": ("deeprecsys_rm3", 2, 1, "ilp", None, 0, 0.002),
     "rm3_1x2_cache": ("deeprecsys_rm3", 1, 2, "greedy",
-                      {"memory_tiers": ["hbm_cache"]}, 3, 0.002, 96),
+                      {"memory_tiers": ["hbm_cache"]}, 3, 0.002),
     "rm3_1x2_rw": ("deeprecsys_rm3", 1, 2, "greedy",
-                   {"sharding_types": ["row_wise"]}, 2, 0.002, 192),
+                   {"sharding_types": ["row_wise"]}, 2, 0.002),
     "dcnv2_2x1_cw": ("criteo_dcnv2", 2, 1, "greedy",
-                     {"sharding_types": ["column_wise"]}, 4, 0.0002, 32),
-    "dcnv2_1x2_auto": ("criteo_dcnv2", 1, 2, "auto", None, 0, 0.0002, 48),
+                     {"sharding_types": ["column_wise"]}, 4, 0.0002),
+    "dcnv2_1x2_auto": ("criteo_dcnv2", 1, 2, "auto", None, 0, 0.0002),
     "dcnv2_2x1_ddr": ("criteo_dcnv2", 2, 1, "greedy", {"memory_tiers": ["ddr"]}, 2,
-                      0.0002, 24),
-    "rm1_2x1_greedy": ("deeprecsys_rm1", 2, 1, "greedy", None, 0, 0.001, 32),
+                      0.0002),
+    "rm1_2x1_greedy": ("deeprecsys_rm1", 2, 1, "greedy", None, 0, 0.001),
     "rm1_1x2_ssd": ("deeprecsys_rm1", 1, 2, "greedy", {"memory_tiers": ["ssd"]}, 2,
-                    0.001, 64),
-    "rm1_1x2_auto": ("deeprecsys_rm1", 1, 2, "auto", None, 0, 0.001, 48),
+                    0.001),
+    "rm1_1x2_auto": ("deeprecsys_rm1", 1, 2, "auto", None, 0, 0.001),
     # Pipelined (model.pipelined): the executor runs each step's input all-to-all on its
     # input lane beside the previous step's work (planner/executor/input_lane.py).
-    "kaggle_2x1_pipe": ("criteo_kaggle", 2, 1, "greedy", None, 0, 0.001, 160),
-    "rm3_1x2_pipe": ("deeprecsys_rm3", 1, 2, "greedy", None, 0, 0.002, 112),
+    "kaggle_2x1_pipe": ("criteo_kaggle", 2, 1, "greedy", None, 0, 0.001),
+    "rm3_1x2_pipe": ("deeprecsys_rm3", 1, 2, "greedy", None, 0, 0.002),
     "dcnv2_2x1_pipe": ("criteo_dcnv2", 2, 1, "greedy", {"sharding_types": ["row_wise"]}, 2,
-                       0.0002, 40),
-    "rm1_1x2_pipe": ("deeprecsys_rm1", 1, 2, "auto", None, 0, 0.001, 80),
+                       0.0002),
+    "rm1_1x2_pipe": ("deeprecsys_rm1", 1, 2, "auto", None, 0, 0.001),
 }
+# Samples per rank of each plan, per set (the preset's and the calibrated layouts are other
+# plans): chosen so that each set's measured steps sit about 10% apart, from a sweep of
+# every plan at two batches on this machine (a1d231f's code: step against batch, a line
+# each). Plans a few percent apart are ties no measurement on a shared machine orders
+# alike twice (a1d231f's run: 5 such pairs swapped between the passes, 0.2-7% apart), and
+# stability is the order of the plans' steps.
+BATCHES: dict[str, dict[str, int]] = {
+    "preset": {
+        "kaggle_1x2_greedy": 192, "kaggle_2x1_auto": 432, "kaggle_1x2_dp": 784,
+        "kaggle_2x1_rw": 56, "rm3_1x2_greedy": 32, "rm3_2x1_ilp": 256, "rm3_1x2_cache": 64,
+        "rm3_1x2_rw": 688, "dcnv2_2x1_cw": 48, "dcnv2_1x2_auto": 112, "dcnv2_2x1_ddr": 120,
+        "rm1_2x1_greedy": 56, "rm1_1x2_ssd": 64, "rm1_1x2_auto": 288, "kaggle_2x1_pipe": 256,
+        "rm3_1x2_pipe": 552, "dcnv2_2x1_pipe": 96, "rm1_1x2_pipe": 48,
+    },
+    "calibrated": {
+        "kaggle_1x2_greedy": 640, "kaggle_2x1_auto": 312, "kaggle_1x2_dp": 560,
+        "kaggle_2x1_rw": 744, "rm3_1x2_greedy": 16, "rm3_2x1_ilp": 416, "rm3_1x2_cache": 512,
+        "rm3_1x2_rw": 120, "dcnv2_2x1_cw": 104, "dcnv2_1x2_auto": 8, "dcnv2_2x1_ddr": 8,
+        "rm1_2x1_greedy": 88, "rm1_1x2_ssd": 80, "rm1_1x2_auto": 184, "kaggle_2x1_pipe": 80,
+        "rm3_1x2_pipe": 24, "dcnv2_2x1_pipe": 152, "rm1_1x2_pipe": 96,
+    },
+}
+
+
+def shape(name: str, tag: str) -> tuple[float, int]:
+    """(scale_rows, batch per rank) plan `name` of set `tag` runs at."""
+    return PLANS[name][6], BATCHES[tag][name]
+
+
 PIPELINED = {n for n in PLANS if n.endswith("_pipe")}
 
 
 def request(name: str, hardware: dict[str, Any]) -> dict[str, Any]:
-    fixture, hosts, gpus, solver, force, k, _, _ = PLANS[name]
+    fixture, hosts, gpus, solver, force, k, _ = PLANS[name]
     model = json.loads((FIXTURES / f"{fixture}.json").read_text())
     for key in ("description", "provenance", "notes"):
         model.pop(key, None)
@@ -189,12 +216,12 @@ def sequential_twin(p: Plan) -> Plan:
                                tables=p.tables))
 
 
-def torchrec_priced(p: Plan, name: str) -> Plan | str:
+def torchrec_priced(p: Plan, name: str, tag: str) -> Plan | str:
     """The run's plan (scaled down as it runs) priced by TorchRec's estimator instead
     (options.estimator = torchrec, the same layout and hardware), or why it cannot be."""
     from planner.errors import PlannerError
 
-    _, _, _, _, _, _, scale, batch = PLANS[name]
+    scale, batch = shape(name, tag)
     options = p.request.options.model_copy(update={"estimator": "torchrec"})
     request = p.request.model_copy(update={"options": options})
     try:
@@ -215,28 +242,29 @@ class Executed:
     warm: int
 
 
-def executed_rounds(items: list[tuple[str, Plan, Plan | str | None]]) -> list[Executed]:
+def executed_rounds(items: list[tuple[str, Plan, Plan | str | None]], tag: str
+                    ) -> list[Executed]:
     """Every (name, plan, _) executed EXECUTIONS times, in rounds: each round runs every
     plan once, in order, so a slow spell of this shared machine (minutes long) falls on
     every plan alike instead of on the few that ran during it, and the plans' order is
-    kept."""
-    warm = [warmup_for(p, *PLANS[n][6:8]) for n, p, _ in items]
+    kept. Each plan at its shape in set `tag`."""
+    warm = [warmup_for(p, *shape(n, tag)) for n, p, _ in items]
     reps: list[list[ExecutionReport]] = [[] for _ in items]
     took = [0.0] * len(items)
     for _ in range(EXECUTIONS):
         for i, (n, p, _) in enumerate(items):
             t0 = time.perf_counter()
-            reps[i].append(timed_execution(p, *PLANS[n][6:8], warm[i]))
+            reps[i].append(timed_execution(p, *shape(n, tag), warm[i]))
             took[i] += time.perf_counter() - t0
     return [Executed(reps[i], took[i], warm[i]) for i in range(len(items))]
 
 
-def reported_runs(items: list[tuple[str, Plan, Plan | str | None]], executed: list[Executed]
-                  ) -> list[dict[str, Any]]:
+def reported_runs(items: list[tuple[str, Plan, Plan | str | None]], executed: list[Executed],
+                  tag: str) -> list[dict[str, Any]]:
     """Each (name, plan, referee)'s executions reported against the plan's prediction (the
     plan priced under the profile the figures are held to: the same pieces as the plan
     that ran, whose cost constants execution does not read)."""
-    return [reported(scaled_plan(p, *PLANS[n][6:8]), e.reps, e.run_s, e.warm, referee)
+    return [reported(scaled_plan(p, *shape(n, tag)), e.reps, e.run_s, e.warm, referee)
             for (n, p, referee), e in zip(items, executed, strict=True)]
 
 
@@ -513,15 +541,15 @@ def run_set(hardware: dict[str, Any], tag: str, names: list[str], runs: int,
     out: dict[str, Any] = {"runs": []}
     # One untimed run first: the launcher's first start (its forkserver importing torch)
     # overlapped the first plan's steps and slowed its collectives 2-3x (measured).
-    reported_runs([(names[0], plans[names[0]][0], None)],
-                  executed_rounds([(names[0], plans[names[0]][0], None)]))
+    first = [(names[0], plans[names[0]][0], None)]
+    reported_runs(first, executed_rounds(first, tag), tag)
     # Each pipelined plan runs beside its sequential twin (the same layout run in turn).
     twins = {n: sequential_twin(plans[n][0]) for n in names if n in PIPELINED}
     items = [(n, plans[n][0], None) for n in names]
     items += [(n, twin, None) for n, twin in twins.items()]
     executed = []
     for _ in range(runs):
-        executed.append(executed_rounds(items))
+        executed.append(executed_rounds(items, tag))
         if sessions is not None:
             sessions.measure()
     if sessions is not None:
@@ -531,12 +559,12 @@ def run_set(hardware: dict[str, Any], tag: str, names: list[str], runs: int,
         plans = {n: plan_for(n, hardware, tag) for n in names}
         twins = {n: sequential_twin(plans[n][0]) for n in names if n in PIPELINED}
     # The same runs priced by TorchRec's estimator too: a referee of the two cost models.
-    referees = {n: torchrec_priced(plans[n][0], n) for n in names}
+    referees = {n: torchrec_priced(plans[n][0], n, tag) for n in names}
     priced = [(n, plans[n][0], referees[n]) for n in names]
     priced += [(n, twin, None) for n, twin in twins.items()]
     for i, ex in enumerate(executed):
         res = {}
-        done = reported_runs(priced, ex)
+        done = reported_runs(priced, ex, tag)
         by_name = dict(zip(names, done[:len(names)], strict=True))
         twin_of = dict(zip(twins, done[len(names):], strict=True))
         for n in names:
@@ -547,7 +575,7 @@ def run_set(hardware: dict[str, Any], tag: str, names: list[str], runs: int,
                      kinds=sorted({f"{t.sharding_type.value}/{t.tier.value}"
                                    for t in p.tables}),
                      solver=PLANS[n][3], hosts=PLANS[n][1], gpus_per_host=PLANS[n][2],
-                     scale_rows=PLANS[n][6], batch=PLANS[n][7], fixture=PLANS[n][0])
+                     scale_rows=PLANS[n][6], batch=BATCHES[tag][n], fixture=PLANS[n][0])
             if n in twins:
                 twin = twin_of[n]
                 r["sequential_twin"] = {c: {k: twin["by_clock"][c]["plan"][k] for k in

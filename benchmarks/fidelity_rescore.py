@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import RESULTS, write_results
-from benchmarks.fidelity import PHASES, PLAN_DIR, PLANS, RANKS, request
+from benchmarks.fidelity import PHASES, PLAN_DIR, RANKS, request
 from planner.executor.compare import TIE_REL, predicted_phases, spearman
 from planner.executor.predict import predict, with_whole_calls
 from planner.executor.scale import scaled_plan
@@ -36,16 +36,16 @@ from planner.plan_model import Plan, PlanLayout
 from planner.planning import evaluate, resolve
 
 
-def predictions(hardware: dict[str, Any], name: str
+def predictions(hardware: dict[str, Any], name: str, shape: tuple[float, int]
                 ) -> tuple[list[dict[str, float]], list[float]]:
     """(per rank: predicted seconds per executor phase, and its predicted total as compare
-    has it) of the kept layout of `name` priced under `hardware`, scaled as the fidelity
-    run executed it."""
+    has it) of the kept layout of `name` priced under `hardware`, scaled to `shape`
+    (scale_rows, batch per rank) as the fidelity run executed it."""
     kept = Plan.model_validate_json((PLAN_DIR / "calibrated" / f"{name}.plan.json").read_text())
     resolved = resolve(request(name, hardware))
     p = evaluate(PlanLayout(schema_version=kept.schema_version, request=resolved,
                             tables=kept.tables))
-    _, _, _, _, _, _, scale, batch = PLANS[name]
+    scale, batch = shape
     s = scaled_plan(p, scale, batch)
     ranks, _ = predict(s)
     pipelined = s.request.model.pipelined
@@ -76,7 +76,9 @@ def score(hardware: dict[str, Any], measured: dict[str, Any], clock: str = "wall
         for name, res in sorted(run["plans"].items()):
             comp = res["by_clock"][clock]
             if name not in priced:
-                priced[name] = predictions(hardware, name)
+                # At the shape the run executed (kept with each plan's results).
+                priced[name] = predictions(hardware, name,
+                                           (res["scale_rows"], res["batch"]))
             pred, totals = priced[name]
             pred_steps.append(max(totals))
             meas_steps.append(comp["plan"]["measured_step_s"])

@@ -198,12 +198,12 @@ def test_fidelity_slice_runs_one_stored_plan():
     name = "rm3_1x2_cache"  # an hbm_cache plan: the warm-up and hit-rate path too
     path = fidelity.PLAN_DIR / "preset" / f"{name}.plan.json"
     p = Plan.model_validate_json(path.read_text())
-    executed = fidelity.executed_rounds([(name, p, None)])
-    r = fidelity.reported_runs([(name, p, None)], executed)[0]
+    executed = fidelity.executed_rounds([(name, p, None)], "preset")
+    r = fidelity.reported_runs([(name, p, None)], executed, "preset")[0]
     hw = json.loads((fidelity.RESULTS / "fidelity_profile.json").read_text())
     other = evaluate(PlanLayout(schema_version=p.schema_version,
                                 request=resolve(fidelity.request(name, hw)), tables=p.tables))
-    again = fidelity.reported_runs([(name, other, None)], executed)[0]
+    again = fidelity.reported_runs([(name, other, None)], executed, "preset")[0]
     for clock in fidelity.CLOCKS:
         a, b = (x["by_clock"][clock]["plan"] for x in (r, again))
         assert a["measured_step_s"] == b["measured_step_s"]

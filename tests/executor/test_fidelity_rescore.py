@@ -27,7 +27,8 @@ def test_rescoring_the_runs_own_profile_gives_the_runs_figures() -> None:
     slow = json.loads(json.dumps(hw))
     slow["constants"]["a2a_call_latency_s"] *= 2
     name = sorted(runs[0]["plans"])[0]
-    before, after = predictions(hw, name)[0], predictions(slow, name)[0]
+    at = (runs[0]["plans"][name]["scale_rows"], runs[0]["plans"][name]["batch"])
+    before, after = predictions(hw, name, at)[0], predictions(slow, name, at)[0]
     for b, a in zip(before, after, strict=True):
         assert a["input_a2a"] > 1.5 * b["input_a2a"] > 0
         assert a["lookup"] == pytest.approx(b["lookup"])
