@@ -263,7 +263,8 @@ def reported_runs(items: list[tuple[str, Plan, Plan | str | None]], executed: li
                   tag: str) -> list[dict[str, Any]]:
     """Each (name, plan, referee)'s executions reported against the plan's prediction (the
     plan priced under the profile the figures are held to: the same pieces as the plan
-    that ran, whose cost constants execution does not read)."""
+    that ran; what the executor runs reads no cost constant, and compare prices the plan it
+    is given, the executor's whole all-reduce calls included)."""
     return [reported(scaled_plan(p, *shape(n, tag)), e.reps, e.run_s, e.warm, referee)
             for (n, p, referee), e in zip(items, executed, strict=True)]
 
@@ -276,7 +277,7 @@ def reported(run: Plan, reps: list[ExecutionReport], run_s: float, warm: int,
     at a level of their own); the cache hit rate from the execution whose measured step is
     the median. `referee`: the same scaled plan priced by TorchRec's estimator
     (torchrec_priced), compared with the same measurements (no whole-call correction: that
-    is the analytic model's)."""
+    is the analytic model's, predict.whole_call_seconds)."""
     from planner.executor.compare import compare
 
     steps = [r.compare["plan"]["measured_step_s"] for r in reps]
@@ -302,12 +303,11 @@ def reported(run: Plan, reps: list[ExecutionReport], run_s: float, warm: int,
         # and operator; the blocks freed on a gloo thread the probe caught).
         "checks_failed_detail": [{"execution": i, "check": ch.name, "detail": ch.detail,
                                   **({"peak_memory": [rk.get("peak_memory") for rk in r.ranks]}
-                                     if ch.name.startswith("memory") else {})}
+                                     if ch.name.startswith("memory peak") else {})}
                                  for i, r in enumerate(reps) for ch in r.checks
                                  if not ch.ok]}
     if isinstance(referee, Plan):
-        ranks = [{**r, "seconds_predicted": None} for r in rep.ranks]
-        out["torchrec_by_clock"] = {c: compare(referee, ranks, "cpu", collective_clock=c,
+        out["torchrec_by_clock"] = {c: compare(referee, rep.ranks, "cpu", collective_clock=c,
                                                repeats=more) for c in CLOCKS}
     elif referee is not None:
         out["torchrec_not_priced"] = referee
@@ -534,7 +534,7 @@ class Sessions:
 
 def run_set(hardware: dict[str, Any], tag: str, names: list[str], runs: int,
             sessions: Sessions | None = None) -> dict[str, Any]:
-    """Every plan of `names` executed in `runs` passes (run_rounds each) and compared with
+    """Every plan of `names` executed in `runs` passes (executed_rounds each) and compared with
     its prediction on `hardware`; with `sessions`, a calibration session after each pass
     and the predictions those of every session's median profile (out["profile"])."""
     plans = {n: plan_for(n, hardware, tag) for n in names}

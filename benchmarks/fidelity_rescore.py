@@ -12,10 +12,15 @@ time). So calibrations, and calibration methods, can be compared on the same gro
 
     PYTHONPATH=. python -m benchmarks.fidelity_rescore PROFILE.json [PROFILE.json ...]
     PYTHONPATH=. python -m benchmarks.fidelity_rescore --calibrations 4
+    PYTHONPATH=. python -m benchmarks.fidelity_rescore --sessions S0.provenance.json ... \
+        --group 3
 
-The second form runs `planner calibrate` afresh that many times (as benchmarks/fidelity
-does, about 40 s each) and writes benchmarks/results/fidelity_rescore.{md,json}: how far
-one calibration's figures move from the next's against the same measurements.
+The second form runs `planner calibrate` afresh that many times (about a minute each) and
+writes benchmarks/results/fidelity_rescore.{md,json}: how far one calibration's figures
+move from the next's against the same measurements. The third scores earlier calibration
+sessions alone and the fit of each run of `--group` consecutive ones (`planner calibrate
+--from`, each point the median, as benchmarks/fidelity calibrates), written to
+benchmarks/results/fidelity_sessions_rescore.{md,json}.
 """
 
 import argparse
@@ -218,6 +223,10 @@ def main() -> None:
                          "medians of --group consecutive ones")
     ap.add_argument("--group", type=int, default=3)
     args = ap.parse_args()
+    if args.group < 1:
+        ap.error("--group must be at least 1")
+    if args.sessions is not None and not args.sessions:
+        ap.error("--sessions needs the sessions' provenance files")
     if args.sessions:
         sessions_scored(args.sessions, args.group, args.clock)
     if args.calibrations:

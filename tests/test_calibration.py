@@ -430,7 +430,7 @@ def test_calibration_plans_give_each_rank_its_shape() -> None:
             seen.add(got)
             assert all(t["sharding_type"] == "table_wise" for t in mine)
     assert len(seen) == len(RANK_SETS)
-    # The one-shape sets: `count` tables of one shape; the mixed ones: a dozen or more of
+    # The one-shape sets: `count` tables of one shape; the mixed ones: ten or more of
     # sizes over three or more orders of magnitude.
     for count, rows, dim, pool, opt in SHAPES:
         assert ((rows, dim, pool, str(opt)),) * count in seen

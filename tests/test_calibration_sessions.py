@@ -129,3 +129,15 @@ def test_calibrate_from_a_file_that_is_not_a_session_names_it(tmp_path: Path) ->
     r = CliRunner().invoke(app, ["calibrate", "-o", str(tmp_path / "o.json"), "--from",
                                  str(tmp_path / "missing.json")])
     assert r.exit_code == 2 and "cannot read" in r.output, r.output
+
+
+def test_a_measured_figure_that_is_not_a_number_is_refused(tmp_path: Path) -> None:
+    path = written(tmp_path, synthetic(0.0, 0.0), "s")
+    prov = json.loads(path.read_text())
+    prov["measurements"]["lookup"][2]["seconds"] = "fast"
+    path.write_text(json.dumps(prov))
+    with pytest.raises(BadInputError, match=r"lookup\[2\]\.seconds"):
+        load_session(path)
+    r = CliRunner().invoke(app, ["calibrate", "-o", str(tmp_path / "o.json"), "--from",
+                                 str(path), "--from", str(path)])
+    assert r.exit_code == 2 and "not a number" in r.output, r.output

@@ -72,6 +72,7 @@ def register(app: typer.Typer) -> None:
             try:
                 got = [load_session(path) for path in sessions]
                 m = merge(got)
+                spreads = spread(got, m)
             except BadInputError as exc:
                 fail(exc, 2)
             for name, given, theirs in (("--device", device and device.value,
@@ -80,7 +81,7 @@ def register(app: typer.Typer) -> None:
                 if given is not None and given != theirs:
                     fail(f"{name} {given}: the sessions were measured with {theirs}", 2)
             dev, base = CalDevice(got[0].about["device"]), str(got[0].about["base_preset"])
-            extra = {"sessions": about_sessions(got), "session_spread": spread(got, m),
+            extra = {"sessions": about_sessions(got), "session_spread": spreads,
                      "merged": f"each point the median over {len(got)} sessions' measured "
                                "figures (planner/calibration/sessions.py)"}
         else:
@@ -103,6 +104,12 @@ def register(app: typer.Typer) -> None:
             resolved = validate_model(HardwareSpec, spec)
         except (BadInputError, ValueError) as exc:
             fail(f"the fitted profile is not valid: {exc}", 1)
+        except (KeyError, TypeError) as exc:
+            if not sessions:
+                raise
+            # Sessions of another code's format agree with each other but lack a term.
+            fail(f"--from: the sessions' points lack what this fit reads ({exc!r}): "
+                 "calibrate them again with this version", 2)
         provenance = {**provenance, **extra}
         write_output(output, json.dumps(spec, indent=1) + "\n")
         side = output.with_suffix(".provenance.json")

@@ -7,7 +7,7 @@ about a third slower and their backwards 20-35% faster than the fit said
 (benchmarks/fidelity, e44ea03; re-scored in benchmarks/results/fidelity_rescore.md), for
 reasons not found. So the kernels are now timed where the plans run: each calibration plan
 gives every rank a few table-wise pieces of one shape (rows, dim, pooling, optimizer), or a
-dozen or more tables of many sizes as a real plan's rank holds (MIXED), the executor runs it
+ten or more tables of many sizes as a real plan's rank holds (MIXED), the executor runs it
 (its warm-up, then timed steps: compute in the rank thread's CPU time, each phase's median
 over the steps and over `reps` executions, as `planner execute --compare` measures), and
 each rank's lookup and backward phase becomes one point: the sum, over its pieces, of the
@@ -59,7 +59,7 @@ SHAPES: tuple[tuple[int, int, int, int, Optimizer], ...] = (
     (2, 2_000, 128, 4, Optimizer.ROWWISE_ADAGRAD),
     (5, 500, 64, 16, Optimizer.ADAM),
 )
-# Ranks as real plans' ranks are: a dozen or more tables of many sizes, most of them small
+# Ranks as real plans' ranks are: ten or more tables of many sizes, most of them small
 # (a feature's vocabulary runs from a handful of ids to millions). With the one-shape ranks
 # alone the fit priced the fidelity plans' lookups 25-49% short on ranks of 13 such tables
 # (477d27a's run); these carry that into the fit. (rows, dim, pooling, optimizer) per table.

@@ -62,6 +62,12 @@ def load_session(path: Path) -> Session:
         pts = points.get(name, [])
         if not isinstance(pts, list) or not all(isinstance(p, dict) for p in pts):
             raise BadInputError(what, f"measurements.{name} is not a list of points")
+        for i, p in enumerate(pts):
+            for k in MEASURED & p.keys():
+                v = p[k]
+                if v is not None and (isinstance(v, bool) or not isinstance(v, int | float)):
+                    raise BadInputError(what, f"measurements.{name}[{i}].{k} is {v!r}, not a "
+                                              "number")
         lists[name] = pts
     about = {k: got.get(k) for k in _ABOUT}
     if about["device"] not in ("cpu", "cuda") or not isinstance(about["base_preset"], str):

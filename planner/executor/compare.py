@@ -36,7 +36,7 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
-from planner.executor.predict import with_whole_calls
+from planner.executor.predict import whole_call_seconds, with_whole_calls
 from planner.plan_model import Plan
 
 PHASES = ("input_a2a", "lookup", "cache_miss", "output_a2a_fwd", "backward", "output_a2a_bwd",
@@ -209,13 +209,15 @@ def compare(plan: Plan, ranks: list[dict[str, Any]], device: str,
     `repeats`: the ranks of further executions of the same plan, each rank's figures then
     the median over every execution (measured_over)."""
     gpus = {g.rank: g for g in plan.gpus}
+    # The executor's whole all-reduce calls where the plan charges shares (predict.py), of
+    # `plan` itself: the same executions compared with the layout priced under another
+    # profile are held to that profile's calls, not to those of the plan that ran.
+    wholes = whole_call_seconds(plan)
     rows = []
     for r in ranks:
         g = gpus[r["rank"]]
         cost = g.cost.model_dump()
-        # The executor's whole all-reduce calls where the plan charges shares (predict.py).
-        sp = r.get("seconds_predicted") or {}
-        whole = sp.get("allreduce", cost["allreduce_s"]) - cost["allreduce_s"]
+        whole = wholes[r["rank"]]
         cost["allreduce_s"] += whole
         pred = predicted_phases(cost, r["bytes"]["output_fwd"]["predicted"],
                                 r["bytes"]["output_bwd"]["predicted"])

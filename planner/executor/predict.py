@@ -28,7 +28,7 @@ from cost_models.memory import (
 )
 from cost_models.sizes import comm_row_bytes, param_bytes
 from planner.plan_model import CostTerms, Plan
-from planner.problem import TableInfo, build_problem
+from planner.problem import Problem, TableInfo, build_problem
 
 # The byte counts compared per rank, per step.
 COLLECTIVES = ("input_lengths", "input_ids", "output_fwd", "output_bwd", "allreduce")
@@ -123,9 +123,7 @@ def predict(plan: Plan, allocator: Allocator = "cuda"
         rp.buffer_terms["exchange_fwd"] = terms.exchange(True)
         rp.buffer_terms["exchange_bwd"] = terms.exchange(False)
         rp.buffer_terms["workspace_largest_piece"] = max((b.workspace for b in bs), default=0)
-    # The executor's whole all-reduce calls are the analytic model's step-wide accounting.
-    whole = (_whole_calls(plan, by_name, hw, model) if problem.estimator.step_terms
-             else [0.0] * hw.world_size)
+    whole = whole_call_seconds(plan, problem)
     for g in plan.gpus:
         c = g.cost
         ranks[g.rank].seconds = {
@@ -135,6 +133,18 @@ def predict(plan: Plan, allocator: Allocator = "cuda"
             "total": with_whole_calls(c, whole[g.rank], plan.request.model.pipelined,
                                       hw.constants.pipeline_overlap)}
     return ranks, pieces
+
+
+def whole_call_seconds(plan: Plan, problem: Problem | None = None) -> list[float]:
+    """Per rank: the all-reduce seconds the executor's whole calls add to what `plan`
+    charges its replicas (_whole_calls; 0 under an estimator without step-wide terms, as
+    TorchRec's). `problem`: the plan's request built, where the caller has it."""
+    problem = problem or build_problem(plan.request)
+    if not problem.estimator.step_terms:
+        return [0.0] * problem.hw.world_size
+    # The executor's whole all-reduce calls are the analytic model's step-wide accounting.
+    by_name = {t.name: t for t in problem.tables}
+    return _whole_calls(plan, by_name, problem.hw, problem.model)
 
 
 def with_whole_calls(cost: CostTerms, whole_s: float, pipelined: bool, overlap: float

@@ -256,3 +256,32 @@ def test_figures_over_executions_are_each_phase_median_over_them() -> None:
     assert 1.8e-3 < phases["lookup"] < 2.2e-3  # the middle execution's level, not the mean
     one, _ = measured_over(runs[:1])
     assert one["lookup"] == pytest.approx(sorted(s["lookup"]["cpu"] for s in runs[0])[4])
+
+
+def test_compare_prices_the_plan_it_is_given_whole_calls_included():
+    """One execution of a plan with data-parallel tables compared against the same layout
+    priced under another profile: each rank's all-reduce prediction is that profile's
+    (its charged shares plus the executor's whole calls, predict.predict of that plan), not
+    the figure the execution carried from the plan that ran."""
+    from benchmarks import fidelity
+    from planner.executor.compare import compare
+    from planner.executor.predict import predict
+    from planner.executor.scale import scaled_plan
+    from planner.planning import evaluate, resolve
+
+    name = "kaggle_1x2_dp"  # ten data-parallel tables: whole all-reduce calls
+    p = Plan.model_validate_json((fidelity.PLAN_DIR / "preset" / f"{name}.plan.json")
+                                 .read_text())
+    scale, batch = fidelity.shape(name, "preset")
+    r = fidelity.timed_execution(p, scale, batch, 0)
+    hw = json.loads((fidelity.RESULTS / "fidelity_profile.json").read_text())
+    other = scaled_plan(evaluate(PlanLayout(
+        schema_version=p.schema_version, request=resolve(fidelity.request(name, hw)),
+        tables=p.tables)), scale, batch)
+    ran = {row["rank"]: row["seconds_predicted"]["allreduce"] for row in r.ranks}
+    theirs = {rp.rank: rp.seconds["allreduce"] for rp in predict(other)[0]}
+    got = compare(other, r.ranks, "cpu")
+    for row in got["ranks"]:
+        a = row["phases"]["allreduce"]["predicted"]
+        assert a == pytest.approx(theirs[row["rank"]], rel=1e-9)
+        assert a != pytest.approx(ran[row["rank"]], rel=0.05)  # the premise: profiles differ
