@@ -543,10 +543,13 @@ def run_set(hardware: dict[str, Any], tag: str, names: list[str], runs: int,
     out: dict[str, Any] = {"runs": []}
     # One untimed run first: the launcher's first start (its forkserver importing torch)
     # overlapped the first plan's steps and slowed its collectives 2-3x (measured).
-    first = [(names[0], plans[names[0]][0], None)]
-    reported_runs(first, executed_rounds(first, tag), tag)
-    # Each pipelined plan runs beside its sequential twin (the same layout run in turn).
-    twins = {n: sequential_twin(plans[n][0]) for n in names if n in PIPELINED}
+    executed_rounds([(names[0], plans[names[0]][0], None)], tag)
+
+    def twins_of(plans: dict[str, tuple[Plan, Path]]) -> dict[str, Plan]:
+        # Each pipelined plan runs beside its sequential twin (the same layout run in turn).
+        return {n: sequential_twin(plans[n][0]) for n in names if n in PIPELINED}
+
+    twins = twins_of(plans)
     items = [(n, plans[n][0], None) for n in names]
     items += [(n, twin, None) for n, twin in twins.items()]
     executed = []
@@ -559,7 +562,7 @@ def run_set(hardware: dict[str, Any], tag: str, names: list[str], runs: int,
         out["profile"] = "benchmarks/results/fidelity_profile.json"
         out["sessions"] = sessions.summary()
         plans = {n: plan_for(n, hardware, tag) for n in names}
-        twins = {n: sequential_twin(plans[n][0]) for n in names if n in PIPELINED}
+        twins = twins_of(plans)
     # The same runs priced by TorchRec's estimator too: a referee of the two cost models.
     referees = {n: torchrec_priced(plans[n][0], n, tag) for n in names}
     priced = [(n, plans[n][0], referees[n]) for n in names]

@@ -6,7 +6,7 @@ a process group, all-to-alls between the phases), the executor's ranks ran their
 about a third slower and their backwards 20-35% faster than the fit said
 (benchmarks/fidelity, e44ea03; re-scored in benchmarks/results/fidelity_rescore.md), for
 reasons not found. So the kernels are now timed where the plans run: each calibration plan
-gives every rank a few table-wise pieces of one shape (rows, dim, pooling, optimizer), or a
+gives every rank a few table-wise pieces of one shape (rows, dim, pooling, optimizer), or
 ten or more tables of many sizes as a real plan's rank holds (MIXED), the executor runs it
 (its warm-up, then timed steps: compute in the rank thread's CPU time, each phase's median
 over the steps and over `reps` executions, as `planner execute --compare` measures), and
