@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from cost_models import portable_math as pm
+
 # Terms summed exactly; beyond them the Euler-Maclaurin tail takes over (relative error
 # under 1e-12). Exact sums up to 100,000 terms took k**-alpha over 100,000 terms for every
 # table of its own alpha: a fifth of candidate costing at 10,000 tables.
@@ -29,7 +31,7 @@ ZIPF_POWERS = 4096
 def zipf_powers(alpha: float) -> np.ndarray:
     """k ** -alpha for k = 1 .. ZIPF_POWERS, read-only, per alpha: tables of one alpha share
     it (10,000 synthetic tables have 501 alphas; 512 arrays are 16 MiB)."""
-    powers = np.arange(1, ZIPF_POWERS + 1, dtype=np.float64) ** -alpha
+    powers = pm.power(np.arange(1, ZIPF_POWERS + 1, dtype=np.float64), -alpha)
     powers.flags.writeable = False
     return powers
 
@@ -50,11 +52,11 @@ def generalized_harmonic(n: int, alpha: float) -> float:
     m = _EM_HEAD
     head = float(np.sum(zipf_powers(alpha)[:m - 1]))
     if math.isclose(alpha, 1.0):
-        integral = math.log(n / m)
+        integral = pm.flog(n / m)
     else:
-        integral = (n ** (1.0 - alpha) - m ** (1.0 - alpha)) / (1.0 - alpha)
-    ends = (m**-alpha + n**-alpha) / 2.0
-    derivs = alpha * (m ** (-alpha - 1.0) - n ** (-alpha - 1.0)) / 12.0
+        integral = (pm.fpow(n, 1.0 - alpha) - pm.fpow(m, 1.0 - alpha)) / (1.0 - alpha)
+    ends = (pm.fpow(m, -alpha) + pm.fpow(n, -alpha)) / 2.0
+    derivs = alpha * (pm.fpow(m, -alpha - 1.0) - pm.fpow(n, -alpha - 1.0)) / 12.0
     return head + integral + ends + derivs
 
 

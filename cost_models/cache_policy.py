@@ -26,6 +26,7 @@ from enum import StrEnum
 
 import numpy as np
 
+from cost_models import portable_math as pm
 from cost_models.access import (
     ZIPF_POWERS,
     AccessModel,
@@ -85,14 +86,14 @@ def _zipf_groups(rows: int, alpha: float) -> tuple[np.ndarray, np.ndarray]:
         # Row k stands for x in [k - 1/2, k + 1/2]: the sum over k > head is the integral of
         # x^-alpha from head + 1/2 to rows + 1/2 (midpoint rule; its error ~ f''/24 per row,
         # below 1e-12 of the tail's mass for k > 4096).
-        lo, hi = math.log(head + 0.5), math.log(rows + 0.5)
-        buckets = max(1, math.ceil((hi - lo) / math.log(_BUCKET_RATIO)))
-        edges = np.exp(np.linspace(lo, hi, buckets + 1))
+        lo, hi = pm.flog(head + 0.5), pm.flog(rows + 0.5)
+        buckets = max(1, math.ceil((hi - lo) / pm.flog(_BUCKET_RATIO)))
+        edges = pm.exp(np.linspace(lo, hi, buckets + 1))
         t, wt = _GL
         a, b = edges[:-1, None], edges[1:, None]
         x = (a + b) / 2 + (b - a) / 2 * t[None, :]
         w = (b - a) / 2 * wt[None, :]
-        p.append((x**-alpha / total).ravel())
+        p.append((pm.power(x, -alpha) / total).ravel())
         n.append(w.ravel())
     return np.concatenate(p), np.concatenate(n)
 
@@ -100,16 +101,16 @@ def _zipf_groups(rows: int, alpha: float) -> tuple[np.ndarray, np.ndarray]:
 def che_time(p: np.ndarray, n: np.ndarray, cached: float) -> float:
     """Che's characteristic time T (lookups): sum n (1 - exp(-p T)) = cached, for
     0 < cached < sum(n). The left side rises with T, so bisection on log T."""
-    lo, hi = math.log(1e-12 * cached), math.log(1e30 * cached)
+    lo, hi = pm.flog(1e-12 * cached), pm.flog(1e30 * cached)
     for _ in range(_ITERS):
         mid = (lo + hi) / 2
-        if float(np.sum(n * -np.expm1(-p * math.exp(mid)))) < cached:
+        if float(np.sum(n * -pm.expm1(-p * pm.fexp(mid)))) < cached:
             lo = mid
         else:
             hi = mid
         if hi - lo < 1e-13:
             break
-    return math.exp((lo + hi) / 2)
+    return pm.fexp((lo + hi) / 2)
 
 
 def che_hit_rate(p: np.ndarray, n: np.ndarray, cached: float) -> float:
@@ -120,7 +121,7 @@ def che_hit_rate(p: np.ndarray, n: np.ndarray, cached: float) -> float:
     if cached >= rows:
         return 1.0
     t = che_time(p, n, cached)
-    return float(np.sum(n * p * -np.expm1(-p * t)))
+    return float(np.sum(n * p * -pm.expm1(-p * t)))
 
 
 @functools.lru_cache(maxsize=65536)
@@ -144,4 +145,4 @@ def distinct_rows(access: AccessModel, rows: int, lookups: float) -> float:
     if rows <= 0 or lookups <= 0:
         return 0.0
     p, n = rate_groups(access, rows)
-    return float(np.sum(n * -np.expm1(-p * lookups)))
+    return float(np.sum(n * -pm.expm1(-p * lookups)))

@@ -21,6 +21,7 @@ from typing import Literal
 
 import numpy as np
 
+from cost_models import portable_math as pm
 from cost_models.access import AccessModel, ZipfAccess, generalized_harmonic, zipf_powers
 from cost_models.geometry import ModelGeom, TableGeom, cache_rows
 from cost_models.hardware import HardwareProfile
@@ -285,12 +286,13 @@ def _shares(access: AccessModel, edges: list[int], rows: int) -> list[float]:
     big = ~small
     if big.any():
         m, n = float(_EM_HEAD), ks[big]
-        if math.isclose(a, 1.0):
-            integral = np.log(n / m)
-        else:
-            integral = (n ** (1 - a) - m ** (1 - a)) / (1 - a)
-        h[big] = (prefix[-1] - m ** -a + integral + (m ** -a + n ** -a) / 2
-                  + a * (m ** (-a - 1) - n ** (-a - 1)) / 12)
+        # n**-a once (portable_math: the same bits on every machine); n**(1-a) and
+        # n**(-a-1) from it.
+        n_a = pm.power(n, -a)
+        m_a = pm.fpow(m, -a)
+        integral = pm.log(n / m) if math.isclose(a, 1.0) else (n_a * n - m_a * m) / (1 - a)
+        h[big] = (prefix[-1] - m_a + integral + (m_a + n_a) / 2
+                  + a * (m_a / m - n_a / n) / 12)
     total = generalized_harmonic(rows, a)
     return np.clip(h / total, 0.0, 1.0).tolist()
 
@@ -309,31 +311,31 @@ def distinct_rows_bound(table: TableGeom, n_ids: int) -> int:
     rows = table.rows
     if n_ids <= 0 or rows <= 0:
         return 0
-    width, p = _bucket_rates(table.access, rows)
+    width, log_miss = _bucket_rates(table.access, rows)
     # Each of `width` rows is missed by all n ids with probability (1 - p)^n (p = 1: log1p
     # gives -inf, so the row is touched surely).
-    with np.errstate(divide="ignore"):
-        expected = float(np.sum(width * -np.expm1(n_ids * np.log1p(-p))))
+    expected = float(np.sum(width * -pm.expm1(n_ids * log_miss)))
     bound = math.ceil(expected + ID_COUNT_SIGMAS * math.sqrt(max(expected, 1.0)))
     return min(rows, n_ids, bound)
 
 
 # A table is bounded for two id counts (its replica's and its sharded pieces'): the buckets
-# and their mean rates, which do not depend on the ids, are made once.
+# and their mean rates' log1p(-p), which do not depend on the ids, are made once.
 @functools.lru_cache(maxsize=1 << 12)
 def _bucket_rates(access: AccessModel, rows: int) -> tuple[np.ndarray, np.ndarray]:
-    """Rows and mean per-row probability of each of distinct_rows_bound's buckets, as
-    read-only arrays."""
+    """Rows of each of distinct_rows_bound's buckets and log(1 - p) of its mean per-row
+    probability p, as read-only arrays."""
     # rows ** (i / _DISTINCT_BUCKETS) rounded half to even, at most rows, with 0 and rows.
-    powers = np.minimum(rows, np.round(np.power(float(rows), _BUCKET_EXPONENTS)))
+    powers = np.minimum(rows, np.round(pm.power(float(rows), _BUCKET_EXPONENTS)))
     edges = np.unique(np.concatenate([[0, rows], powers.astype(np.int64)]))
     shares = np.array([0.0, *_shares(access, edges[1:].tolist(), rows)])
     width = np.diff(edges)
     rate = np.minimum(np.maximum(np.diff(shares), 0.0) / width, 1.0)
     width = width.astype(np.float64)
+    log_miss = pm.log1p(-rate)
     width.flags.writeable = False
-    rate.flags.writeable = False
-    return width, rate
+    log_miss.flags.writeable = False
+    return width, log_miss
 
 
 def backward_workspace(optimizer: Optimizer, n_ids: int, bags: int, rows: int,

@@ -16,6 +16,7 @@ import functools
 
 import numpy as np
 
+from cost_models import portable_math as pm
 from cost_models.access import AccessModel
 from cost_models.cache_policy import rate_groups
 
@@ -59,13 +60,22 @@ def unique_rows_hot(access: AccessModel, rows: int, lookups: float, hot: int) ->
 def _touched(access: AccessModel, rows: int, lookups: float
              ) -> tuple[np.ndarray, np.ndarray]:
     """(rows of each rate group, the chance that a row of it is touched); read-only."""
-    p, n = rate_groups(access, rows)
+    n, log_miss = _log_miss(access, rows)
     # 1 - (1-p)^k as -expm1(k log1p(-p)): exact for p near 1, no cancellation for tiny p.
     # p = 1 (a one-row table): log1p gives -inf, and the row is touched surely (lookups > 0).
-    with np.errstate(divide="ignore"):
-        touched = -np.expm1(lookups * np.log1p(-np.minimum(p, 1.0)))
+    touched = -pm.expm1(lookups * log_miss)
     touched.flags.writeable = False
     return n, touched
+
+
+@functools.lru_cache(maxsize=1024)
+def _log_miss(access: AccessModel, rows: int) -> tuple[np.ndarray, np.ndarray]:
+    """(rows of each rate group, log(1 - p) of its rows' probability p), per table: what
+    every batch's _touched reads; read-only."""
+    p, n = rate_groups(access, rows)
+    log_miss = pm.log1p(-np.minimum(p, 1.0))
+    log_miss.flags.writeable = False
+    return n, log_miss
 
 
 @functools.lru_cache(maxsize=1024)

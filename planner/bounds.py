@@ -40,6 +40,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from cost_models import fixed_floors
+from cost_models.portable_math import dot_last
 from planner.candidates import Candidate
 from planner.capped_bound import capped_bound
 from planner.host_bound import host_bound
@@ -80,8 +81,8 @@ class LowerBound:
 
 
 def _dual(work: np.ndarray, mem: np.ndarray, caps: np.ndarray, lam: np.ndarray) -> float:
-    priced = work + mem @ lam
-    return float(priced.min(axis=1).sum() - caps @ lam)
+    priced = work + dot_last(mem, lam)
+    return float(priced.min(axis=1).sum() - dot_last(caps, lam))
 
 
 def lagrangian_bound(work: np.ndarray, mem: np.ndarray, caps: np.ndarray
@@ -100,8 +101,8 @@ def lagrangian_bound(work: np.ndarray, mem: np.ndarray, caps: np.ndarray
 def balanced_bound(work: np.ndarray, maxp: np.ndarray, mem: np.ndarray, caps: np.ndarray,
                    lam: np.ndarray, capacity_per_s: float) -> float:
     """Smallest M such that S(M) <= capacity_per_s * M (see the module docstring)."""
-    priced = work + mem @ lam
-    offset = float(caps @ lam)
+    priced = work + dot_last(mem, lam)
+    offset = float(dot_last(caps, lam))
     floor = float(maxp.min(axis=1).max())
     points = np.unique(maxp[np.isfinite(maxp) & (maxp >= floor)])
 

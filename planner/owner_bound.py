@@ -43,6 +43,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from cost_models.portable_math import dot_last
 from planner.candidates import Candidate, Scope
 from planner.problem import Problem
 
@@ -207,11 +208,11 @@ def _values(f: _Flat, theta: np.ndarray, mu: float, nu: float, host_owner: bool,
     if len(f.world):
         keep = 1.0 - theta
         off_scale = 1.0 + mu * g if host_owner else 1.0
-        on = mu * (f.w_nonnic + f.w_nic @ keep if host_owner else f.w_load)  # (K, H)
-        wo = (f.w_own @ theta) * off_scale
+        on = mu * (f.w_nonnic + dot_last(f.w_nic, keep) if host_owner else f.w_load)  # (K, H)
+        wo = dot_last(f.w_own, theta) * off_scale
         off = wo.sum(axis=1, keepdims=True) - wo if hosts > 1 else np.zeros_like(on)
         base = nu * f.w_load.sum(axis=1, keepdims=True) + on + off
-        cost[f.world] = (f.w_min_nonnic + f.w_min_nic @ keep + base).min(axis=1)
+        cost[f.world] = (f.w_min_nonnic + dot_last(f.w_min_nic, keep) + base).min(axis=1)
         k = np.arange(len(f.world))
         anchor[f.world] = a[f.world] + base[k, f.w_heavy_host]
     return cost, anchor

@@ -15,6 +15,7 @@ import logging
 
 import numpy as np
 
+from cost_models.portable_math import dot_last
 from planner.candidates import Candidate
 from planner.errors import InfeasibleError
 from planner.partition.assignment import Assignment, TableChoice
@@ -96,7 +97,7 @@ def _greedy_pass(problem: Problem, cands: list[list[Candidate]],
         remaining -= min_work[t]
         allowed = allowed_mask(problem, t)
         pool = cands[t]
-        penalties = [float(_mem_vector(cand) @ lam) / w for cand in pool]
+        penalties = [float(dot_last(_mem_vector(cand), lam)) / w for cand in pool]
         tries: range | list[int] = range(len(pool))
         bounds: list[float] = []
         if prune:
