@@ -48,13 +48,17 @@ DEFAULT_POLICY = CachePolicy.LFU
 
 # Zipf rows summed one by one before the bucketed integral takes over.
 _ZIPF_HEAD = ZIPF_POWERS  # the k**-alpha that zipf_powers holds
-# Tail buckets grow by this factor; each is integrated with _GL_NODES Gauss-Legendre nodes.
+# Tail buckets grow by this factor; each is integrated with 4 Gauss-Legendre nodes (_GL).
 _BUCKET_RATIO = 1.01
-_GL_NODES = 4
 # Bisection on log T: 200 halvings of [1e-12, 1e30] x C reach double precision.
 _ITERS = 200
-# The Gauss-Legendre nodes and weights, computed once (were per call: 0.2 ms a table).
-_GL = np.polynomial.legendre.leggauss(_GL_NODES)
+# The 4-point Gauss-Legendre nodes and weights in closed form, from square roots (exact IEEE
+# operations: numpy's leggauss solves an eigenproblem through LAPACK, whose kernel depends on
+# the CPU; cost_models/portable_math.py).
+_R65 = 2.0 / 7.0 * math.sqrt(6.0 / 5.0)
+_N_IN, _N_OUT = math.sqrt(3.0 / 7.0 - _R65), math.sqrt(3.0 / 7.0 + _R65)
+_W_IN, _W_OUT = (18.0 + math.sqrt(30.0)) / 36.0, (18.0 - math.sqrt(30.0)) / 36.0
+_GL = (np.array([-_N_OUT, -_N_IN, _N_IN, _N_OUT]), np.array([_W_OUT, _W_IN, _W_IN, _W_OUT]))
 
 
 def rate_groups(access: AccessModel, rows: int) -> tuple[np.ndarray, np.ndarray]:

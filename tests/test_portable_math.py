@@ -2,6 +2,7 @@
 bit for bit, the special values, and the same bits with numpy's SIMD kernels and OpenBLAS's
 CPU-specific kernels switched off (a subprocess)."""
 
+import hashlib
 import json
 import math
 import os
@@ -27,8 +28,8 @@ POSITIVE = 10 ** RNG.uniform(-300, 300, 20000)
 
 def test_close_to_math() -> None:
     assert _ulps(pm.exp(WIDE), [math.exp(v) for v in WIDE]) <= 1
-    assert _ulps(pm.expm1(NEAR0), [math.expm1(v) for v in NEAR0]) <= 3
-    assert _ulps(pm.expm1(WIDE), [math.expm1(v) for v in WIDE]) <= 3
+    assert _ulps(pm.expm1(NEAR0), [math.expm1(v) for v in NEAR0]) <= 4
+    assert _ulps(pm.expm1(WIDE), [math.expm1(v) for v in WIDE]) <= 4
     assert _ulps(pm.log(POSITIVE), [math.log(v) for v in POSITIVE]) <= 1
     above = NEAR0[NEAR0 > -1]
     assert _ulps(pm.log1p(above), [math.log1p(v) for v in above]) <= 2
@@ -67,6 +68,35 @@ def test_special_values() -> None:
     assert (pm.fexp(1000.0), pm.fexp(-1000.0), pm.flog(0.0)) == (inf, 0.0, -inf)
     assert math.isnan(pm.flog(-1.0)) and math.isnan(pm.fexp(nan))
     assert (pm.fpow(0.0, -1.0), pm.fpow(0.0, 2.0), pm.fpow(3.0, 0.0)) == (inf, 0.0, 1.0)
+    assert math.isnan(pm.fpow(inf, nan)) and np.isnan(pm.power(inf, nan))
+
+
+def _bits(values: object) -> str:
+    """The first 16 hex digits of sha256 over little-endian float64 bytes."""
+    arr = np.ascontiguousarray(np.asarray(values, dtype=np.float64)).astype("<f8")
+    return hashlib.sha256(arr.tobytes()).hexdigest()[:16]
+
+
+def test_same_bits_as_recorded() -> None:
+    """The kernels' output bits on fixed inputs (each made by one correctly rounded operation)
+    are those recorded on the x86-64 machine that wrote this test: a machine whose
+    arithmetic or numpy differs in any last bit fails here."""
+    x = np.arange(-74000, 71001) / 100.0
+    small = np.arange(-40000, 40001) / 1e5
+    pos = np.arange(1, 200001) * 0.37
+    tiny = -np.arange(1, 100001) / 1e9
+    floats = ([pm.fexp(v) for v in x[::997].tolist()] + [pm.flog(v) for v in pos[::991].tolist()]
+              + [pm.fpow(v, 1.7) for v in pos[::983].tolist()])
+    got = {"exp": _bits(pm.exp(x)), "expm1": _bits(pm.expm1(small)),
+           "log": _bits(pm.log(pos)), "log1p": _bits(pm.log1p(tiny)),
+           "power": _bits(pm.power(np.arange(1.0, 4097.0), -0.83)),
+           "dot_last": _bits(pm.dot_last(np.arange(300.0).reshape(100, 3) * 1e7 + 3.0,
+                                         np.array([1e-9, 3e-10, 2e-12]))),
+           "floats": _bits(floats)}
+    assert got == {"exp": "266f1f1c9fdef9db", "expm1": "8f8343c43598925a",
+                   "log": "0d69ab41839a815f", "log1p": "e980b5d62d78268f",
+                   "power": "55510f395a1f00bf", "dot_last": "280f99dff67943a8",
+                   "floats": "2db55a2c3bbdd97e"}
 
 
 def test_dot_last() -> None:
@@ -100,23 +130,31 @@ print(json.dumps(out))
 def _dispatched() -> list[str]:
     """numpy's SIMD targets above its baseline that this CPU runs (none: nothing to switch
     off)."""
-    umath = getattr(getattr(np, "_core", None), "_multiarray_umath", None)
+    core = getattr(np, "_core", None) or getattr(np, "core", None)
+    umath = getattr(core, "_multiarray_umath", None)
     found = getattr(umath, "__cpu_features__", {})
     dispatch = getattr(umath, "__cpu_dispatch__", [])
     return [f for f in dispatch if found.get(f)]
 
 
 def _plan_hashes(env: dict[str, str]) -> dict[str, str]:
+    # Neither run inherits a CPU-feature setting of the caller's.
+    clean = {k: v for k, v in os.environ.items()
+             if not k.startswith(("NPY_DISABLE_CPU", "NPY_ENABLE_CPU", "OPENBLAS_CORETYPE"))}
     r = subprocess.run([sys.executable, "-c", _SCRIPT, json.dumps(_CASES)],
                        capture_output=True, text=True, timeout=300,
-                       env={**os.environ, **env}, check=False)
+                       env={**clean, **env}, check=False)
     assert r.returncode == 0, r.stderr[-2000:]
     return dict(json.loads(r.stdout.strip().splitlines()[-1]))
 
 
 def test_same_plan_whatever_the_cpu_kernels() -> None:
+    # numpy has float64 exp/log/power kernels of its own only for AVX-512: elsewhere both runs
+    # would use the same ones and prove nothing (test_same_bits_as_recorded covers those).
     features = _dispatched()
-    base = _plan_hashes({"OPENBLAS_CORETYPE": ""})
+    if not any("512" in f or f == "X86_V4" for f in features):
+        pytest.skip(f"no AVX-512 kernels to switch off (numpy dispatches {features})")
+    base = _plan_hashes({})
     plain = _plan_hashes({"NPY_DISABLE_CPU_FEATURES": " ".join(features),
                           "OPENBLAS_CORETYPE": "Prescott"})
     assert plain == base

@@ -41,8 +41,10 @@ _PLACE_PER_GPU_S = 0.12e-6
 # Tables taken out per round: 1 to 3 with a piece on the slowest GPU, 2 to 7 drawn at random.
 _ON_SLOWEST = (1, 4)
 _RANDOM = (2, 8)
-# The soft maximum's exponent: high enough that the GPUs at the top dominate it.
-_SOFT_POWER = 16
+# The soft maximum's exponent: high enough that the GPUs at the top dominate it; taken by
+# squaring four times (np.power picks a CPU-specific kernel for x ** 16, whose last bits
+# differ between machines: cost_models/portable_math.py).
+_SOFT_SQUARINGS = 4
 # A round that lowers the makespan is polished by the local search (at most `polish_steps`
 # steps), charged per table (its setup and the loads rebuilt after it: 30-75 us a table
 # measured), per step that moved something (1.7 ms a step over 1,535 steps on 10,000 tables
@@ -73,7 +75,12 @@ class RecreateResult:
 
 def _score(load: np.ndarray) -> tuple[float, float]:
     top = float(load.max())
-    return top, float(np.sum((load / top) ** _SOFT_POWER)) if top > 0 else 0.0
+    if top <= 0:
+        return top, 0.0
+    soft = load / top
+    for _ in range(_SOFT_SQUARINGS):
+        soft = soft * soft
+    return top, float(np.sum(soft))
 
 
 def _index(tables_on: list[set[int]], t: int, ch: TableChoice, sign: int) -> None:
