@@ -76,66 +76,113 @@ def _positive_finite(a: F64) -> bool:
 
 
 def _c(r: F64) -> F64:
+    """r - t * P(t), t = r**2, Horner's rule in place (the same operations, in the same
+    order, as the float twin _fc)."""
     t = r * r
-    return r - t * (_P1 + t * (_P2 + t * (_P3 + t * (_P4 + t * _P5))))
+    acc = t * _P5
+    for p in (_P4, _P3, _P2, _P1):
+        acc += p
+        acc *= t
+    return np.subtract(r, acc, out=acc)
+
+
+def _exp_flat(a: F64) -> F64:
+    a = np.clip(a, -_EXP_CLIP, _EXP_CLIP)
+    k = a * _INV_LN2
+    np.rint(k, out=k)
+    hi = k * _LN2_HI
+    np.subtract(a, hi, out=hi)
+    lo = k * _LN2_LO
+    r = hi - lo
+    c = _c(r)
+    # y = 1 - ((lo - r * c / (2 - c)) - hi), in place
+    q = np.multiply(r, c, out=r)
+    np.subtract(2.0, c, out=c)
+    q /= c
+    np.subtract(lo, q, out=q)
+    q -= hi
+    np.subtract(1.0, q, out=q)
+    # A nan's k casts to an arbitrary integer: ldexp keeps the nan whatever it is.
+    with np.errstate(invalid="ignore", over="ignore", under="ignore"):
+        return np.ldexp(q, k.astype(np.int64))
 
 
 def exp(x: ArrayLike) -> F64:
     """e**x, elementwise (0-d for a scalar); nan stays nan."""
-    a = np.clip(_as_array(x), -_EXP_CLIP, _EXP_CLIP)
-    k = np.rint(a * _INV_LN2)
-    hi = a - k * _LN2_HI
-    lo = k * _LN2_LO
-    r = hi - lo
-    c = _c(r)
-    y = 1.0 - ((lo - (r * c) / (2.0 - c)) - hi)
-    # A nan's k casts to an arbitrary integer: ldexp keeps the nan whatever it is.
-    with np.errstate(invalid="ignore", over="ignore", under="ignore"):
-        return np.ldexp(y, k.astype(np.int64))
+    a = _as_array(x)
+    return _exp_flat(np.atleast_1d(a)).reshape(a.shape)
 
 
 def _expm1_small(r: F64) -> F64:
     """e**r - 1 for |r| <= ln(2) / 2: r + r * c / (2 - c), exp's kernel without the 1."""
     c = _c(r)
-    return r + (r * c) / (2.0 - c)
+    q = r * c
+    np.subtract(2.0, c, out=c)
+    q /= c
+    return np.add(r, q, out=q)
 
 
 def expm1(x: ArrayLike) -> F64:
     """e**x - 1, accurate near 0 as well."""
     a = _as_array(x)
-    small = np.abs(a) <= _HALF_LN2
+    flat = np.atleast_1d(a)
+    small = np.abs(flat) <= _HALF_LN2
     if small.all():
-        return _expm1_small(a)
-    if not small.any():
-        return exp(a) - 1.0
-    out = np.empty_like(a)
-    out[small] = _expm1_small(a[small])
-    large = ~small
-    out[large] = exp(a[large]) - 1.0
-    return out
+        out = _expm1_small(flat)
+    elif not small.any():
+        out = _exp_flat(flat) - 1.0
+    else:
+        out = np.empty_like(flat)
+        out[small] = _expm1_small(flat[small])
+        large = ~small
+        out[large] = _exp_flat(flat[large]) - 1.0
+    return out.reshape(a.shape)
 
 
 def _log_positive(a: F64) -> F64:
-    """log over positive finite values."""
+    """log over positive finite values (at least 1-d)."""
     m, e = np.frexp(a)
     low = m < _SQRT_HALF
-    f = m * (1.0 + low) - 1.0  # exact: m * 2 is, and m lies within a factor 2 of 1
+    f = 1.0 + low
+    f *= m  # exact: m * 2 is
+    f -= 1.0  # exact: m lies within a factor 2 of 1
     k = e - low
-    s = f / (2.0 + f)
+    s = 2.0 + f
+    np.divide(f, s, out=s)
     z = s * s
     w = z * z
-    r = z * (_LG1 + w * (_LG3 + w * (_LG5 + w * _LG7))) + w * (_LG2 + w * (_LG4 + w * _LG6))
-    hfsq = 0.5 * f * f
-    return k * _LN2_HI - ((hfsq - (s * (hfsq + r) + k * _LN2_LO)) - f)
+    # r = z * (LG1 + w * (LG3 + w * (LG5 + w * LG7))) + w * (LG2 + w * (LG4 + w * LG6))
+    r = w * _LG7
+    for lg in (_LG5, _LG3):
+        r += lg
+        r *= w
+    r += _LG1
+    r *= z
+    t = w * _LG6
+    for lg in (_LG4, _LG2):
+        t += lg
+        t *= w
+    r += t
+    # k ln2_hi - ((hfsq - (s (hfsq + r) + k ln2_lo)) - f), hfsq = f**2 / 2
+    hfsq = 0.5 * f
+    hfsq *= f
+    r += hfsq
+    r *= s
+    r += k * _LN2_LO
+    np.subtract(hfsq, r, out=r)
+    r -= f
+    out = k * _LN2_HI
+    out -= r
+    return out
 
 
 def log(x: ArrayLike) -> F64:
     """Natural logarithm: -inf at 0, inf at inf, nan below 0 and at nan."""
     a = _as_array(x)
     if _positive_finite(a):
-        return _log_positive(a)
+        return _log_positive(np.atleast_1d(a)).reshape(a.shape)
     ok = np.isfinite(a) & (a > 0)
-    out = _log_positive(np.where(ok, a, 1.0))
+    out = _log_positive(np.atleast_1d(np.where(ok, a, 1.0))).reshape(a.shape)
     out = np.where(a == 0, -np.inf, out)
     out = np.where(a == np.inf, np.inf, out)
     return np.where(np.isnan(a) | (a < 0), np.nan, out)
@@ -147,7 +194,7 @@ def log1p(x: ArrayLike) -> F64:
     u = 1.0 + a
     d = u - 1.0
     if _positive_finite(u) and d.all():
-        return log(u) * (a / d)
+        return _log_positive(np.atleast_1d(u)).reshape(u.shape) * (a / d)
     safe = (d != 0) & np.isfinite(u)
     ratio = a / np.where(safe, d, 1.0)
     with np.errstate(invalid="ignore"):
@@ -162,7 +209,7 @@ def power(x: ArrayLike, y: ArrayLike) -> F64:
     if a.ndim == 0 and 0 < a < np.inf:
         return exp(b * flog(float(a)))
     if _positive_finite(a):
-        return exp(b * _log_positive(a))
+        return exp(b * _log_positive(np.atleast_1d(a)).reshape(a.shape))
     a, b = np.broadcast_arrays(a, b)
     positive = a > 0
     out = exp(b * log(np.where(positive, a, 1.0)))
