@@ -3,15 +3,12 @@ bit for bit, the special values, and the same bits with numpy's SIMD kernels and
 CPU-specific kernels switched off (a subprocess)."""
 
 import hashlib
-import json
 import math
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
+from benchmarks.cpu_kernels import dispatched, has_avx512, plan_hashes
 from cost_models import portable_math as pm
 
 
@@ -111,50 +108,17 @@ def test_dot_last() -> None:
 
 
 # Planned in a process as it is and in one with numpy's dispatched SIMD kernels and
-# OpenBLAS's CPU-specific kernels switched off. Before portable_math these three plans
-# differed between the two on an AVX-512 machine (as did hugectr_510 x 1, zionex_12t x 2 and
-# x 4: 6 of 30 fixture x 1, 2, 4 h100 host cases).
-_CASES = (("criteo_mlperf_v1", 1), ("criteo_mlperf_v1", 2), ("synthetic_1000", 4))
-_SCRIPT = """
-import json, sys
-import planner
-from planner.presets import fixture_text
-out = {}
-for name, hosts in json.loads(sys.argv[1]):
-    req = {"model": json.loads(fixture_text(name)), "hardware": {"preset": "h100", "hosts": hosts}}
-    out[f"{name}x{hosts}"] = planner.plan(req).plan_hash
-print(json.dumps(out))
-"""
-
-
-def _dispatched() -> list[str]:
-    """numpy's SIMD targets above its baseline that this CPU runs (none: nothing to switch
-    off)."""
-    core = getattr(np, "_core", None) or getattr(np, "core", None)
-    umath = getattr(core, "_multiarray_umath", None)
-    found = getattr(umath, "__cpu_features__", {})
-    dispatch = getattr(umath, "__cpu_dispatch__", [])
-    return [f for f in dispatch if found.get(f)]
-
-
-def _plan_hashes(env: dict[str, str]) -> dict[str, str]:
-    # Neither run inherits a CPU-feature setting of the caller's.
-    clean = {k: v for k, v in os.environ.items()
-             if not k.startswith(("NPY_DISABLE_CPU", "NPY_ENABLE_CPU", "OPENBLAS_CORETYPE"))}
-    r = subprocess.run([sys.executable, "-c", _SCRIPT, json.dumps(_CASES)],
-                       capture_output=True, text=True, timeout=300,
-                       env={**clean, **env}, check=False)
-    assert r.returncode == 0, r.stderr[-2000:]
-    return dict(json.loads(r.stdout.strip().splitlines()[-1]))
+# OpenBLAS's CPU-specific kernels switched off (benchmarks/cpu_kernels.py runs every fixture).
+# Before portable_math these three plans differed between the two on an AVX-512 machine (as
+# did hugectr_510 x 1, zionex_12t x 2 and x 4: 6 of 30 fixture x 1, 2, 4 h100 host cases).
+_CASES = [("criteo_mlperf_v1", 1), ("criteo_mlperf_v1", 2), ("synthetic_1000", 4)]
 
 
 def test_same_plan_whatever_the_cpu_kernels() -> None:
     # numpy has float64 exp/log/power kernels of its own only for AVX-512: elsewhere both runs
     # would use the same ones and prove nothing (test_same_bits_as_recorded covers those).
-    features = _dispatched()
-    if not any("512" in f or f == "X86_V4" for f in features):
+    features = dispatched()
+    if not has_avx512(features):
         pytest.skip(f"no AVX-512 kernels to switch off (numpy dispatches {features})")
-    base = _plan_hashes({})
-    plain = _plan_hashes({"NPY_DISABLE_CPU_FEATURES": " ".join(features),
-                          "OPENBLAS_CORETYPE": "Prescott"})
-    assert plain == base
+    assert plan_hashes(_CASES, kernels_off=True, timeout_s=300) == plan_hashes(
+        _CASES, kernels_off=False, timeout_s=300)
