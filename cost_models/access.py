@@ -50,14 +50,24 @@ def generalized_harmonic(n: int, alpha: float) -> float:
         # A prefix of one array per alpha, summed pairwise (as np.sum does).
         return float(np.sum(zipf_powers(alpha)[:n]))
     m = _EM_HEAD
-    head = float(np.sum(zipf_powers(alpha)[:m - 1]))
+    head, m_1a, m_a, m_a1 = _head_terms(alpha)
     if math.isclose(alpha, 1.0):
         integral = pm.flog(n / m)
     else:
-        integral = (pm.fpow(n, 1.0 - alpha) - pm.fpow(m, 1.0 - alpha)) / (1.0 - alpha)
-    ends = (pm.fpow(m, -alpha) + pm.fpow(n, -alpha)) / 2.0
-    derivs = alpha * (pm.fpow(m, -alpha - 1.0) - pm.fpow(n, -alpha - 1.0)) / 12.0
+        integral = (pm.fpow(n, 1.0 - alpha) - m_1a) / (1.0 - alpha)
+    ends = (m_a + pm.fpow(n, -alpha)) / 2.0
+    derivs = alpha * (m_a1 - pm.fpow(n, -alpha - 1.0)) / 12.0
     return head + integral + ends + derivs
+
+
+@functools.lru_cache(maxsize=512)
+def _head_terms(alpha: float) -> tuple[float, float, float, float]:
+    """generalized_harmonic's terms that depend on alpha alone (tables of one alpha share
+    them): the exact head's sum, then m**(1 - alpha), m**-alpha and m**(-alpha - 1) at
+    m = _EM_HEAD."""
+    m = _EM_HEAD
+    return (float(np.sum(zipf_powers(alpha)[:m - 1])), pm.fpow(m, 1.0 - alpha),
+            pm.fpow(m, -alpha), pm.fpow(m, -alpha - 1.0))
 
 
 @dataclass(frozen=True)
