@@ -32,6 +32,9 @@ receive the other tables' vectors, a wait no spreading of work removes.
 The replica bound (planner/replica_bound.py) charges the replicas every GPU holds to the GPU
 of each large piece: a table may keep a piece nearly as large as the makespan only where few
 replicas are chosen, and the work of choosing fewer is counted.
+The packing bound (planner/packing_bound.py) counts that pieces land whole: dual feasible
+functions of the pieces' sizes over the makespan, summed over the chosen candidates, fit W
+(26 table-wise pieces of equal size on 8 GPUs: some GPU holds four).
 None of this reads the plan the partitioner chose.
 """
 
@@ -45,6 +48,7 @@ from planner.candidates import Candidate
 from planner.capped_bound import capped_bound
 from planner.host_bound import host_bound
 from planner.owner_bound import owner_bound
+from planner.packing_bound import packing_bound
 from planner.problem import Problem
 from planner.relaxation import (
     candidate_matrix,
@@ -74,6 +78,9 @@ class LowerBound:
     # not computed or not above the other bounds: pipelined, no replicas, too many
     # candidates).
     replica_s: float = 0.0
+    # The chosen pieces packed whole into the GPUs (planner/packing_bound.py; 0 where not
+    # computed or not above the other bounds: pipelined, too many pieces).
+    packing_s: float = 0.0
 
     def with_solver(self, solver_s: float) -> "LowerBound":
         """Adopt the solver's bound where it is tighter (it is valid over the same space)."""
@@ -225,8 +232,9 @@ def lower_bound(problem: Problem, cands: list[list[Candidate]]) -> LowerBound:
     known = max(known, capped)
     host = host_bound(problem, cands, known).value_s  # counts the fixed latency itself
     replica = replica_bound(problem, cands, max(known, host))  # counts it too
+    packing = packing_bound(problem, cands, max(known, host, replica), prices)  # and it
     return LowerBound(
-        value_s=max(known, host, replica),
+        value_s=max(known, host, replica, packing),
         average_s=average,
         largest_piece_s=largest,
         balanced_s=max(balanced, pinned, capped),
@@ -236,4 +244,5 @@ def lower_bound(problem: Problem, cands: list[list[Candidate]]) -> LowerBound:
         owner_s=owner,
         host_s=host,
         replica_s=replica,
+        packing_s=packing,
     )

@@ -283,7 +283,7 @@ def analytic_value(b: LowerBound) -> float:
     if b.solver_s <= 0 or b.value_s > b.solver_s:
         return b.value_s
     return min(b.value_s, max(b.average_s, b.largest_piece_s, b.balanced_s, b.owner_s,
-                              b.host_s, b.replica_s))
+                              b.host_s, b.replica_s, b.packing_s))
 
 
 def certificate_of(bound: LowerBound, problem: Problem, candidates: str | None = None,
@@ -314,6 +314,8 @@ def bound_note(b: LowerBound) -> str:
                      f"{b.host_s:.6g} s")
     if b.replica_s > 0:
         parts.append(f"each large piece's GPU with the replicas beside it {b.replica_s:.6g} s")
+    if b.packing_s > 0:
+        parts.append(f"the chosen pieces packed whole into the GPUs {b.packing_s:.6g} s")
     if b.solver_s > 0:
         parts.append(f"CP-SAT's proven bound on the exact model {b.solver_s:.6g} s")
     return "max of " + ", ".join(parts) + ", over all plans in the candidate space"
