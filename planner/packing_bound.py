@@ -16,6 +16,12 @@ two is taken at a boundary, so rounding never overcounts) for k = 1.._K, and the
 threshold functions (1 above 1 - e, 0 below e, x between) for e in _EPS. Every size is
 scaled down by (1 - _SAFE) first, far more than the float error of a GPU's summed pieces.
 
+The same holds for memory, whatever M: a GPU's pieces' HBM sums to at most its cap and a
+host's pieces' DDR and SSD to theirs, so the same functions (but the identity, which the
+totals below say) of each piece's bytes over its bin's cap sum to at most the number of
+bins (two 2.15 GB pieces do not share a GPU with 3.5 GB of HBM, though the cluster's total
+holds three).
+
 M is impossible when no choice of one candidate per table (among those whose pieces all fit
 under C) satisfies all these rows and the cluster's HBM, DDR and SSD totals together. The
 LP relaxation of that choice (GLOP, the rows normalised to <= 1 + s, s minimised) finds
@@ -24,6 +30,9 @@ rows that cannot all hold; its duals y >= 0 are then checked here, in other arit
 proves that no choice satisfies every row (each choice that did would have its y-weighted
 sum at most the right side), whatever GLOP's tolerances. Every M found so is below the
 optimum; the bound is the largest found in a bisection above the bound already known.
+Before the LP, each table's least-work candidate (then the memory-priced one) is tried: when
+that choice breaks no packing row, M stands without an LP, and only those candidates' pieces
+are read (the whole candidate set's only when an LP runs).
 
 Pipelined steps are not bounded here (a piece's compute side can be negative there): 0.
 None of this reads the plan.
@@ -36,54 +45,24 @@ from ortools.linear_solver.python import model_builder as mb
 from cost_models import fixed_floors
 from planner.candidates import Candidate
 from planner.problem import Problem
-from planner.relaxation import cluster_caps, memory_matrix
+from planner.relaxation import candidate_matrix, cluster_caps, memory_matrix
 
 # Fekete-Schepers u_k for k = 1.._K, and threshold functions for these e.
 _K = 16
 _EPS = (0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5)
+# Below this share of its bin every function but the identity is 0.
+_SMALL = min(1 / (_K + 1), min(_EPS))
 # Sizes are scaled by (1 - _SAFE) before any function: a margin over float rounding.
 _SAFE = 1e-9
-# Above this many distinct (candidate, piece size) pairs in all: 0 (each test evaluates every
-# function on every pair).
+# No LP above this many pieces, or this many distinct (candidate, piece) pairs, in all (it
+# evaluates every function on every pair).
+_MAX_PIECES = 800_000
 _MAX_PAIRS = 200_000
-_MAX_PIECES = 4 * _MAX_PAIRS
 # Bisection: stop at this relative width; growth steps (2%, 4%, ... above the known bound).
 _REL_TOL = 1e-4
-_GROW_STEPS = 8
+_GROW_STEPS = 30
 # A refutation needs the recomputed Lagrangian above the right side by this much (relative).
 _MARGIN = 1e-9
-
-
-class _Pieces:
-    """Every candidate's distinct piece sizes, flat: pair i is a piece size `size[i]` that
-    candidate `owner[i]` has `count[i]` of; `cand_max` is each candidate's largest piece."""
-
-    @classmethod
-    def of(cls, cands: list[list[Candidate]]) -> "_Pieces | None":
-        """None above _MAX_PIECES pieces or _MAX_PAIRS distinct pairs."""
-        if sum(len(g) for cs in cands for c in cs for g in c.groups) > _MAX_PIECES:
-            return None
-        per_cand = [np.concatenate([g.comp + g.comm for g in c.groups])
-                    for cs in cands for c in cs]
-        lengths = np.array([len(s) for s in per_cand])
-        p = cls(cands, per_cand, lengths)
-        return None if len(p.size) > _MAX_PAIRS else p
-
-    def __init__(self, cands: list[list[Candidate]], per_cand: list[np.ndarray],
-                 lengths: np.ndarray) -> None:
-        owner = np.repeat(np.arange(len(per_cand)), lengths)
-        size = np.concatenate(per_cand)
-        order = np.lexsort((size, owner))
-        owner, size = owner[order], size[order]
-        first = np.ones(len(size), dtype=bool)
-        first[1:] = (owner[1:] != owner[:-1]) | (size[1:] != size[:-1])
-        starts = np.flatnonzero(first)
-        self.owner = owner[starts]
-        self.size = size[starts]
-        self.count = np.diff(np.append(starts, len(size))).astype(float)
-        self.cand_max = np.full(len(per_cand), -np.inf)
-        np.maximum.at(self.cand_max, self.owner, self.size)
-        self.table = np.repeat(np.arange(len(cands)), [len(cs) for cs in cands])
 
 
 def _dff_rows(x: np.ndarray) -> np.ndarray:
@@ -97,14 +76,60 @@ def _dff_rows(x: np.ndarray) -> np.ndarray:
     return np.vstack(rows)
 
 
-def _candidate_rows(p: _Pieces, cap: float, allowed: np.ndarray) -> np.ndarray:
-    """(R, candidates) each function summed over each allowed candidate's pieces at C = cap."""
-    x = np.minimum(p.size / cap, 1.0) * (1 - _SAFE)
-    vals = _dff_rows(x) * p.count
-    out = np.zeros((vals.shape[0], len(p.cand_max)))
-    for r in range(vals.shape[0]):
-        out[r] = np.bincount(p.owner, weights=vals[r], minlength=len(p.cand_max))
-    return out[:, allowed]
+def _piece_array(c: Candidate) -> np.ndarray:
+    """(4, pieces): each piece's seconds (comp + comm), HBM, DDR and SSD bytes."""
+    return np.vstack([np.concatenate(parts) for parts in zip(
+        *[(g.comp + g.comm, g.hbm, g.ddr, g.ssd) for g in c.groups], strict=True)])
+
+
+class _Pieces:
+    """Some candidates' distinct pieces, flat: pair i is a piece of `size[i]` seconds and
+    `mem[:, i]` (HBM, DDR, SSD) bytes that the `owner[i]`-th candidate has `count[i]` of."""
+
+    def __init__(self, arrays: list[np.ndarray]) -> None:
+        self.n = len(arrays)
+        owner = np.repeat(np.arange(self.n), [a.shape[1] for a in arrays])
+        keys = np.hstack(arrays)  # (4, pieces): seconds, HBM, DDR, SSD
+        order = np.lexsort((*keys[::-1], owner))  # by owner, then seconds, HBM, DDR, SSD
+        owner, keys = owner[order], keys[:, order]
+        first = np.ones(len(owner), dtype=bool)
+        first[1:] = (owner[1:] != owner[:-1]) | (keys[:, 1:] != keys[:, :-1]).any(axis=0)
+        starts = np.flatnonzero(first)
+        self.owner = owner[starts]
+        self.size = keys[0, starts]
+        self.mem = keys[1:, starts]
+        self.count = np.diff(np.append(starts, len(owner))).astype(float)
+
+    def summed(self, vals: np.ndarray) -> np.ndarray:
+        """(R, candidates) rows of per-pair values (R, pairs) summed over each candidate's
+        pieces."""
+        vals = vals * self.count
+        out = np.zeros((vals.shape[0], self.n))
+        for r in range(vals.shape[0]):
+            out[r] = np.bincount(self.owner, weights=vals[r], minlength=self.n)
+        return out
+
+    def time_rows(self, cap: float) -> np.ndarray:
+        """(R, candidates) each function summed over each candidate's pieces at C = cap."""
+        return self.summed(_dff_rows(np.minimum(self.size / cap, 1.0) * (1 - _SAFE)))
+
+    def memory_rows(self, bins: np.ndarray, caps: np.ndarray) -> np.ndarray:
+        """(R, candidates) the functions of each piece's bytes over its bin's cap (HBM per
+        GPU, DDR and SSD per host), over the bins' count, for the axes with a finite
+        positive cap; rows that are zero everywhere left out. A GPU's pieces' HBM sums to at
+        most its cap, a host's pieces' DDR and SSD to theirs (partition/state.py), so the
+        same functions bound them."""
+        rows = []
+        for axis in range(3):
+            if not (np.isfinite(caps[axis]) and caps[axis] > 0) or not self.mem[axis].any():
+                continue
+            x = np.minimum(self.mem[axis] / caps[axis], 1.0) * (1 - _SAFE)
+            if x.max() < _SMALL:
+                continue  # every function but the identity is 0 below both
+            # Not the identity: the cluster's totals say what it would.
+            summed = self.summed(_dff_rows(x)[1:]) / bins[axis]
+            rows.append(summed[summed.any(axis=1)])
+        return np.vstack(rows) if rows else np.zeros((0, self.n))
 
 
 def _duals(a: np.ndarray, table: np.ndarray, tables: int) -> np.ndarray | None:
@@ -128,66 +153,133 @@ def _duals(a: np.ndarray, table: np.ndarray, tables: int) -> np.ndarray | None:
     return np.maximum(-duals, 0.0)
 
 
-def _refuted(m: float, fixed: float, gpus: int, p: _Pieces, mem: np.ndarray,
-             caps: np.ndarray, prices: np.ndarray, tables: int) -> bool:
-    """Whether no choice of candidates can have makespan m (module docstring)."""
-    cap = m - fixed
-    if cap <= 0:
-        return True
-    allowed = p.cand_max <= cap
-    table = p.table[allowed]
-    if len(np.unique(table)) < tables:
-        return True  # some table has no candidate whose pieces fit under C
-    finite = np.flatnonzero(np.isfinite(caps) & (caps > 0))
-    a = np.vstack([_candidate_rows(p, cap, allowed) / gpus,
-                   (mem[allowed][:, finite] / caps[finite]).T])
-    # Each table's least-work candidate (row 0 is the work over C), then with memory priced
-    # (the average bound's prices). When such a choice keeps every row, the LP's optimum
-    # does too: M is not refuted. When it breaks only the work and memory rows, the packing
-    # functions do not bind there and the average bound has said what those rows say: M is
-    # left unrefuted without the LP (a shortcut that only gives up; the LP costs 0.5 s on
-    # 43,000 candidates).
-    packing_rows = slice(1, a.shape[0] - len(finite))
-    for key in (a[0], a[0] * cap * gpus + mem[allowed] @ prices):
-        order = np.lexsort((key, table))  # by table, then by key
+class _Space:
+    """The candidates flat (each table's in its own order) with what a test of M reads:
+    work, largest piece, memory; their pieces read on demand."""
+
+    def __init__(self, problem: Problem, cands: list[list[Candidate]], memory: bool,
+                 prices: np.ndarray | None) -> None:
+        hw = problem.hw
+        self.flat = [c for cs in cands for c in cs]
+        self.tables = len(cands)
+        self.table = np.repeat(np.arange(len(cands)), [len(cs) for cs in cands])
+        work = candidate_matrix(cands, "work")
+        finite = np.isfinite(work)
+        self.work = work[finite]
+        self.maxp = candidate_matrix(cands, "max_piece")[finite]
+        self.mem = memory_matrix(cands)[finite]
+        # Each candidate's largest piece's bytes, or more (a host's DDR and SSD: the
+        # candidate's total), over its bin's cap: below _SMALL every function but the
+        # identity is 0.
+        most = np.column_stack([candidate_matrix(cands, "max_piece_hbm")[finite],
+                                self.mem[:, 1:]])
+        self.gpus = hw.world_size
+        self.memory = memory
+        self.prices = (np.zeros(3) if prices is None or not memory
+                       else np.asarray(prices, dtype=float))
+        self.bins = np.array([hw.world_size, hw.hosts, hw.hosts], dtype=float)
+        self.bin_caps = np.array([hw.hbm_cap, hw.ddr_cap, hw.ssd_cap], dtype=float)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            self.mem_share = np.nan_to_num(
+                (most / self.bin_caps).max(axis=1) if memory else np.zeros(len(most)),
+                nan=0.0)
+        caps = cluster_caps(hw)
+        self.finite = np.flatnonzero(np.isfinite(caps) & (caps > 0))
+        self.caps = caps[self.finite]
+        self._arrays: dict[int, np.ndarray] = {}
+        self._all: tuple[_Pieces, np.ndarray, int] | None = None
+        self._all_read = False
+
+    def _array(self, i: int) -> np.ndarray:
+        if i not in self._arrays:
+            self._arrays[i] = _piece_array(self.flat[i])
+        return self._arrays[i]
+
+    def _fixed_rows(self, pieces: _Pieces, idx: np.ndarray) -> tuple[np.ndarray, int]:
+        """The rows that do not depend on M for candidates idx (pieces' own order): the
+        memory functions, then the cluster's totals; and how many are the former."""
+        if not self.memory:
+            return np.zeros((0, len(idx))), 0
+        packing = pieces.memory_rows(self.bins, self.bin_caps)
+        return np.vstack([packing, (self.mem[idx][:, self.finite] / self.caps).T]), len(packing)
+
+    def _everything(self) -> tuple[_Pieces, np.ndarray, int] | None:
+        """Every candidate's pieces and fixed rows, read once; None above the limits."""
+        if not self._all_read:
+            self._all_read = True
+            if sum(len(g) for c in self.flat for g in c.groups) <= _MAX_PIECES:
+                pieces = _Pieces([self._array(i) for i in range(len(self.flat))])
+                if len(pieces.size) <= _MAX_PAIRS:
+                    self._all = (pieces, *self._fixed_rows(pieces, np.arange(len(self.flat))))
+        return self._all
+
+    def _picked(self, key: np.ndarray, allowed: np.ndarray) -> np.ndarray:
+        """Per table, its allowed candidate with the least key (the first on ties)."""
+        idx = np.flatnonzero(allowed)
+        order = idx[np.lexsort((key[idx], self.table[idx]))]  # by table, then by key
         head = np.ones(len(order), dtype=bool)
-        head[1:] = table[order[1:]] != table[order[:-1]]
-        over = a[:, order[head]].sum(axis=1) > 1.0
-        if not over[packing_rows].any():
+        head[1:] = self.table[order[1:]] != self.table[order[:-1]]
+        return order[head]
+
+    def refuted(self, m: float, fixed: float) -> bool:
+        """Whether no choice of candidates can have makespan m (module docstring)."""
+        cap = m - fixed
+        if cap <= 0:
+            return True
+        allowed = self.maxp <= cap
+        if len(np.unique(self.table[allowed])) < self.tables:
+            return True  # some table has no candidate whose pieces fit under C
+        # When a table's least-work (then memory-priced) candidate keeps every packing row,
+        # M is left unrefuted without the LP: the LP's optimum keeps them too, and where
+        # only the work and the cluster's memory rows break, the average bound has said
+        # what those rows say (a shortcut that only gives up; the LP costs 0.5 s on 43,000
+        # candidates).
+        for key in (self.work, self.work + self.mem @ self.prices):
+            pick = self._picked(key, allowed)
+            # Only the candidates with a piece of at least _SMALL of its bin add to a packing
+            # row.
+            pick = pick[(self.maxp[pick] >= _SMALL * cap) | (self.mem_share[pick] >= _SMALL)]
+            if not len(pick):
+                return False
+            if sum(len(g) for i in pick for g in self.flat[i].groups) > _MAX_PIECES:
+                return False  # too many to read: M left unrefuted
+            pieces = _Pieces([self._array(int(i)) for i in pick])
+            timed = pieces.time_rows(cap) / self.gpus
+            fixed_rows, packing = self._fixed_rows(pieces, pick)
+            rows = np.vstack([timed[1:], fixed_rows[:packing]])
+            if not (rows.sum(axis=1) > 1.0).any():
+                return False
+            if not self.prices.any():
+                break
+        everything = self._everything()
+        if everything is None:
             return False
-        if not prices.any():
-            break
-    y = _duals(a, table, tables)
-    if y is None:
-        return False
-    priced = y @ a
-    least = np.full(tables, np.inf)
-    np.minimum.at(least, table, priced)
-    return float(least.sum()) > float(y.sum()) * (1 + _MARGIN)
+        pieces, fixed_rows, _ = everything
+        a = np.vstack([pieces.time_rows(cap) / self.gpus, fixed_rows])[:, allowed]
+        table = self.table[allowed]
+        y = _duals(a, table, self.tables)
+        if y is None:
+            return False
+        least = np.full(self.tables, np.inf)
+        np.minimum.at(least, table, y @ a)
+        return float(least.sum()) > float(y.sum()) * (1 + _MARGIN)
 
 
 def packing_bound(problem: Problem, cands: list[list[Candidate]], known_s: float,
                   prices: np.ndarray | None = None, memory: bool = True) -> float:
     """The largest makespan found refuted above `known_s` (a bound already proven); 0 where
-    it refutes nothing above it, the step is pipelined, or there are more than _MAX_PAIRS
-    (candidate, piece size) pairs. `prices` (HBM, DDR, SSD per byte), where given, pick a
-    choice that may show a makespan possible without the LP (a shortcut only). Without
-    `memory` the cluster's HBM, DDR and SSD totals are left out (a bound on plans that
+    it refutes nothing above it or the step is pipelined. `prices` (HBM, DDR, SSD per
+    byte), where given, pick a choice that may show a makespan possible without the LP (a
+    shortcut only). Without `memory` the memory rows are left out (a bound on plans that
     ignore memory, which benchmarks/bound_falsify.py draws)."""
     if problem.model.pipelined or known_s <= 0:
         return 0.0
-    p = _Pieces.of(cands)
-    if p is None:
-        return 0.0
+    space = _Space(problem, cands, memory, prices)
     hw = problem.hw
     fixed = fixed_floors(problem.estimator.fixed(), False, hw.constants.pipeline_overlap)[0]
-    # Candidates in the flat order of _Pieces: each table's, in its own order.
-    mem = np.concatenate([memory_matrix([cs])[0] for cs in cands])
-    caps = cluster_caps(hw) if memory else np.full(3, np.inf)
-    lam = np.zeros(3) if prices is None or not memory else np.asarray(prices, dtype=float)
 
     def refuted(m: float) -> bool:
-        return _refuted(m, fixed, hw.world_size, p, mem, caps, lam, len(cands))
+        return space.refuted(m, fixed)
 
     lo = known_s
     if not refuted(lo):

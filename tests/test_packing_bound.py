@@ -26,8 +26,9 @@ from planner.owner_bound import owner_bound
 from planner.packing_bound import _dff_rows, packing_bound
 from planner.partition.assignment import TableChoice
 from planner.partition.cpsat import makespan
+from planner.partition.state import LoadState
 from planner.planning import candidates_for, resolve
-from planner.presets import fixture_text
+from planner.presets import fixture_text, preset_dict
 from planner.problem import Problem, build_problem
 from planner.replica_bound import replica_bound
 from tests.test_owner_bound import requests
@@ -57,6 +58,55 @@ def test_below_the_exhaustive_optimum_and_close_to_it() -> None:
     bound = packing_bound(problem, cands, known, memory=False)
     assert known < 0.992 * best
     assert best * 0.998 <= bound <= best * (1 + REL)
+
+
+def _large_tables(rows: int, n: int = 3) -> dict[str, Any]:
+    """One host of 2 GPUs with 4 GiB of HBM (3.5 usable), n table-wise tables of 2.15 GB
+    each (4,000,000 rows) in HBM or DDR: each GPU holds one in HBM."""
+    hw = preset_dict("h100")
+    hw["hosts"], hw["gpus_per_host"] = 1, 2
+    hw["gpu"].update(hbm_capacity_bytes="4GiB", hbm_reserved_bytes="0.5GiB")
+    tabs = [{"name": f"t{i}", "num_embeddings": rows, "embedding_dim": 128,
+             "pooling_factor": 20.0, "constraints": {"sharding_types": ["table_wise"],
+                                                     "memory_tiers": ["hbm", "ddr"]}}
+            for i in range(n)]
+    return {"model": {"batch_size_per_gpu": 1024, "tables": tabs}, "hardware": hw}
+
+
+def _best_that_fits(problem: Problem, cands: list[list[Candidate]]) -> tuple[float, int]:
+    """The best of every plan that fits HBM and DDR (LoadState's bytes against the caps),
+    scored, and how many plans there are in all."""
+    hw = problem.hw
+    options = [[TableChoice(c, p) for c in cs
+                for p in every_placement(c, hw.gpus_per_host, hw.world_size)] for cs in cands]
+    fitting = []
+    for choice in itertools.product(*options):
+        state = LoadState.of_choices(problem, list(choice))
+        if (state.hbm <= hw.hbm_cap).all() and (state.ddr <= hw.ddr_cap).all():
+            fitting.append(makespan(problem, list(choice)))
+    return min(fitting), int(np.prod([len(o) for o in options]))
+
+
+def test_memory_rows_below_the_exhaustive_optimum_that_fits() -> None:
+    """The functions of the pieces' HBM over a GPU's cap: with one large piece per GPU, one
+    of three tables goes to DDR, which the cluster's HBM totals do not say (any two fit
+    them). Over all 64 plans, the best that fits: the bound is within 4% of it and never
+    above it; without the memory rows it is far below. With two such tables both fit in
+    HBM, one per GPU, and the bound must say no more than that (a bound that counted the
+    GPUs' HBM as one bin would put a table in DDR)."""
+    problem = build_problem(resolve(_large_tables(4_000_000)))
+    cands, _ = candidates_for(problem)
+    best, plans = _best_that_fits(problem, cands)
+    assert plans == 64
+    b = lower_bound(problem, cands)
+    assert b.value_s == b.packing_s and best * 0.96 <= b.packing_s <= best * (1 + REL)
+    assert max(b.average_s, b.balanced_s) < 0.2 * best
+    assert packing_bound(problem, cands, b.average_s, memory=False) < 0.2 * best
+    assert plan(_large_tables(4_000_000)).summary.step_time_s >= b.value_s
+    problem = build_problem(resolve(_large_tables(4_000_000, n=2)))
+    cands, _ = candidates_for(problem)
+    best, _ = _best_that_fits(problem, cands)
+    assert lower_bound(problem, cands).value_s <= best * (1 + REL)
 
 
 def test_proves_the_table_wise_plan_optimal() -> None:
