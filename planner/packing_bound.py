@@ -45,7 +45,7 @@ from ortools.linear_solver.python import model_builder as mb
 from cost_models import fixed_floors
 from planner.candidates import Candidate
 from planner.problem import Problem
-from planner.relaxation import candidate_matrix, cluster_caps, memory_matrix
+from planner.relaxation import cluster_caps
 
 # Fekete-Schepers u_k for k = 1.._K, and threshold functions for these e.
 _K = 16
@@ -163,16 +163,14 @@ class _Space:
         self.flat = [c for cs in cands for c in cs]
         self.tables = len(cands)
         self.table = np.repeat(np.arange(len(cands)), [len(cs) for cs in cands])
-        work = candidate_matrix(cands, "work")
-        finite = np.isfinite(work)
-        self.work = work[finite]
-        self.maxp = candidate_matrix(cands, "max_piece")[finite]
-        self.mem = memory_matrix(cands)[finite]
+        self.work = np.array([c.work for c in self.flat])
+        self.maxp = np.array([c.max_piece for c in self.flat])
+        self.mem = np.array([(c.hbm_total, c.ddr_total, c.ssd_total) for c in self.flat],
+                            dtype=float)
         # Each candidate's largest piece's bytes, or more (a host's DDR and SSD: the
         # candidate's total), over its bin's cap: below _SMALL every function but the
         # identity is 0.
-        most = np.column_stack([candidate_matrix(cands, "max_piece_hbm")[finite],
-                                self.mem[:, 1:]])
+        most = np.column_stack([[float(c.max_piece_hbm) for c in self.flat], self.mem[:, 1:]])
         self.gpus = hw.world_size
         self.memory = memory
         self.prices = (np.zeros(3) if prices is None or not memory
