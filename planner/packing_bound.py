@@ -65,7 +65,7 @@ _GROW_STEPS = 30
 _MARGIN = 1e-9
 
 
-def _dff_rows(x: np.ndarray) -> np.ndarray:
+def dff_rows(x: np.ndarray) -> np.ndarray:
     """(R, pairs) values of every dual feasible function at x (already scaled by 1 - _SAFE):
     the identity, u_k for k = 1.._K, then the threshold functions."""
     rows = [x]
@@ -111,7 +111,7 @@ class _Pieces:
 
     def time_rows(self, cap: float) -> np.ndarray:
         """(R, candidates) each function summed over each candidate's pieces at C = cap."""
-        return self.summed(_dff_rows(np.minimum(self.size / cap, 1.0) * (1 - _SAFE)))
+        return self.summed(dff_rows(np.minimum(self.size / cap, 1.0) * (1 - _SAFE)))
 
     def memory_rows(self, bins: np.ndarray, caps: np.ndarray) -> np.ndarray:
         """(R, candidates) the functions of each piece's bytes over its bin's cap (HBM per
@@ -127,7 +127,7 @@ class _Pieces:
             if x.max() < _SMALL:
                 continue  # every function but the identity is 0 below both
             # Not the identity: the cluster's totals say what it would.
-            summed = self.summed(_dff_rows(x)[1:]) / bins[axis]
+            summed = self.summed(dff_rows(x)[1:]) / bins[axis]
             rows.append(summed[summed.any(axis=1)])
         return np.vstack(rows) if rows else np.zeros((0, self.n))
 

@@ -1,7 +1,8 @@
 """The packing bound (planner/packing_bound.py) against plans it never saw, and its functions
 against packings built by hand.
 
-Every plan of the candidate space must have a step time at or above it: exhaustively on a
+Every plan of the candidate space must have a step time at or above it: its refutations
+re-derived by SciPy's HiGHS over rows rebuilt here in exact fractions; exhaustively on a
 small drawn instance (every candidate, every placement the scopes allow, scored by the loads
 every step time comes from), by a random descent on drawn ones (benchmarks/bound_falsify.py
 draws 800 more), and against our own plans. Memory is left out of the bound (memory=False)
@@ -14,16 +15,19 @@ from fractions import Fraction
 from typing import Any
 
 import numpy as np
+import scipy.sparse as sp
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from scipy.optimize import linprog
 
 from benchmarks.bound_falsify import descent, every_placement, instance
+from cost_models import fixed_floors
 from planner import plan
 from planner.bounds import lower_bound
 from planner.candidates import Candidate
 from planner.host_bound import host_bound
 from planner.owner_bound import owner_bound
-from planner.packing_bound import _dff_rows, packing_bound
+from planner.packing_bound import dff_rows, packing_bound
 from planner.partition.assignment import TableChoice
 from planner.partition.cpsat import makespan
 from planner.partition.state import LoadState
@@ -154,7 +158,7 @@ def test_the_functions_never_pass_one_on_a_packing(parts: list[Fraction],
     total = sum(sizes)
     sizes = [s / total for s in sizes] if total > 1 else sizes  # a packing: sum <= 1
     x = np.array([float(s) for s in sizes]) * (1 - 1e-9)
-    rows = _dff_rows(x)
+    rows = dff_rows(x)
     assert (rows.sum(axis=1) <= 1.0 + 1e-12).all()
     for k in range(1, 17):
         assert all(float(_exact_fff(s, k)) >= v - 1e-15 for s, v in zip(sizes, rows[k],
@@ -166,3 +170,42 @@ def test_pipelined_is_not_bounded() -> None:
     req["model"]["pipelined"] = True
     problem, cands, known = _setup(req)
     assert packing_bound(problem, cands, known) == 0.0
+
+
+def _highs_feasible(problem: Problem, cands: list[list[Candidate]], m: float) -> bool:
+    """Whether some mix of candidates keeps, at makespan m, the average work and the piece
+    counts u_k (k = 1..16, Fekete and Schepers) under the GPUs: an LP built here from the
+    candidates' groups (Fractions for the jumps) and solved by SciPy's HiGHS, not GLOP."""
+    hw = problem.hw
+    cap = m - fixed_floors(problem.estimator.fixed(), False, hw.constants.pipeline_overlap)[0]
+    flat = [(t, c) for t, cs in enumerate(cands) for c in cs if c.max_piece <= cap]
+    rows = []
+    for _, c in flat:
+        sizes = [Fraction(float(a)) + Fraction(float(b)) for g in c.groups
+                 for a, b in zip(g.comp, g.comm, strict=True)]
+        x = [s / Fraction(cap) for s in sizes]
+        rows.append([float(sum(x))] + [float(sum(_exact_fff(v, k) for v in x))
+                                       for k in range(1, 17)])
+    a = np.array(rows).T / hw.world_size
+    table = sp.csr_matrix((np.ones(len(flat)), ([t for t, _ in flat], range(len(flat)))),
+                          shape=(len(cands), len(flat)))
+    res = linprog(np.zeros(len(flat)), A_ub=a, b_ub=np.ones(len(a)), A_eq=table,
+                  b_eq=np.ones(len(cands)), bounds=(0, None), method="highs")
+    assert res.status in (0, 2)
+    return res.status == 0
+
+
+def test_highs_agrees_where_it_refutes() -> None:
+    """criteo_kaggle on 1 and 2 h100 hosts, memory left out: HiGHS finds no mix of
+    candidates that fits 0.1% under the bound (rows rebuilt here in exact fractions), and
+    finds one 0.1% over it (the LP is a relaxation, so that is no plan, only no refutation)."""
+    for hosts in (1, 2):
+        req = {"model": json.loads(fixture_text("criteo_kaggle")),
+               "hardware": {"preset": "h100", "hosts": hosts}}
+        problem = build_problem(resolve(req))
+        cands, _ = candidates_for(problem)
+        b = lower_bound(problem, cands)
+        bound = packing_bound(problem, cands, b.average_s, memory=False)
+        assert bound > b.average_s * 1.007
+        assert not _highs_feasible(problem, cands, bound * 0.999)
+        assert _highs_feasible(problem, cands, bound * 1.001)
