@@ -99,6 +99,8 @@ class _Pieces:
         self.size = keys[0, starts]
         self.mem = keys[1:, starts]
         self.count = np.diff(np.append(starts, len(owner))).astype(float)
+        # A negative size or byte count (no estimator gives one today) voids the argument.
+        self.negative = bool((keys < 0).any())
 
     def summed(self, vals: np.ndarray) -> np.ndarray:
         """(R, candidates) rows of per-pair values (R, pairs) summed over each candidate's
@@ -228,10 +230,9 @@ class _Space:
         if len(np.unique(self.table[allowed])) < self.tables:
             return True  # some table has no candidate whose pieces fit under C
         # When a table's least-work (then memory-priced) candidate keeps every packing row,
-        # M is left unrefuted without the LP: the LP's optimum keeps them too, and where
-        # only the work and the cluster's memory rows break, the average bound has said
-        # what those rows say (a shortcut that only gives up; the LP costs 0.5 s on 43,000
-        # candidates).
+        # M is left unrefuted without the LP: a shortcut that only gives up (the LP might
+        # still refute M by weighing the packing rows against the work and the cluster's
+        # memory totals, which that choice breaks; it costs 0.5 s on 43,000 candidates).
         for key in (self.work, self.work + self.mem @ self.prices):
             pick = self._picked(key, allowed)
             # Only the candidates with a piece of at least _SMALL of its bin add to a packing
@@ -242,6 +243,8 @@ class _Space:
             if sum(len(g) for i in pick for g in self.flat[i].groups) > _MAX_PIECES:
                 return False  # too many to read: M left unrefuted
             pieces = _Pieces([self._array(int(i)) for i in pick])
+            if pieces.negative:
+                return False  # the functions are defined on [0, 1]: no claim
             timed = pieces.time_rows(cap) / self.gpus
             fixed_rows, packing = self._fixed_rows(pieces, pick)
             rows = np.vstack([timed[1:], fixed_rows[:packing]])
@@ -253,6 +256,8 @@ class _Space:
         if everything is None:
             return False
         pieces, fixed_rows, _ = everything
+        if pieces.negative:
+            return False
         a = np.vstack([pieces.time_rows(cap) / self.gpus, fixed_rows])[:, allowed]
         table = self.table[allowed]
         y = _duals(a, table, self.tables)
@@ -289,11 +294,14 @@ def packing_bound(problem: Problem, cands: list[list[Candidate]], known_s: float
             hi = trial
             break
         lo, step = trial, step * 2
-    if hi is not None:
-        while hi - lo > _REL_TOL * lo:
-            mid = (lo + hi) / 2
-            if refuted(mid):
-                lo = mid
-            else:
-                hi = mid
+    if hi is None:
+        # Every makespan tried refuted: no choice of candidates fits the memory rows at
+        # all. That is the infeasibility certificates' business, not a bound's: no claim.
+        return 0.0
+    while hi - lo > _REL_TOL * lo:
+        mid = (lo + hi) / 2
+        if refuted(mid):
+            lo = mid
+        else:
+            hi = mid
     return lo if lo > known_s else 0.0
