@@ -45,6 +45,7 @@ from ortools.linear_solver.python import model_builder as mb
 from cost_models import fixed_floors
 from planner.candidates import Candidate
 from planner.problem import Problem
+from planner.refutation_search import largest_refuted
 from planner.relaxation import cluster_caps
 
 # Fekete-Schepers u_k for k = 1.._K, and threshold functions for these e.
@@ -58,7 +59,7 @@ _SAFE = 1e-9
 # evaluates every function on every pair).
 _MAX_PIECES = 800_000
 _MAX_PAIRS = 200_000
-# Bisection: stop at this relative width; growth steps (2%, 4%, ... above the known bound).
+# Bisection's relative width and growth steps (planner/refutation_search.py).
 _REL_TOL = 1e-4
 _GROW_STEPS = 30
 # A refutation needs the recomputed Lagrangian above the right side by this much (relative).
@@ -183,6 +184,9 @@ class _Space:
             self.mem_share = np.nan_to_num(
                 (most / self.bin_caps).max(axis=1) if memory else np.zeros(len(most)),
                 nan=0.0)
+        # The screen's choices: least work, then least memory-priced work.
+        self.keys = [self.work] + ([self.work + self.mem @ self.prices]
+                                   if self.prices.any() else [])
         caps = cluster_caps(hw)
         self.finite = np.flatnonzero(np.isfinite(caps) & (caps > 0))
         self.caps = caps[self.finite]
@@ -233,7 +237,7 @@ class _Space:
         # M is left unrefuted without the LP: a shortcut that only gives up (the LP might
         # still refute M by weighing the packing rows against the work and the cluster's
         # memory totals, which that choice breaks; it costs 0.5 s on 43,000 candidates).
-        for key in (self.work, self.work + self.mem @ self.prices):
+        for key in self.keys:
             pick = self._picked(key, allowed)
             # Only the candidates with a piece of at least _SMALL of its bin add to a packing
             # row.
@@ -250,8 +254,6 @@ class _Space:
             rows = np.vstack([timed[1:], fixed_rows[:packing]])
             if not (rows.sum(axis=1) > 1.0).any():
                 return False
-            if not self.prices.any():
-                break
         everything = self._everything()
         if everything is None:
             return False
@@ -280,28 +282,10 @@ def packing_bound(problem: Problem, cands: list[list[Candidate]], known_s: float
     space = _Space(problem, cands, memory, prices)
     hw = problem.hw
     fixed = fixed_floors(problem.estimator.fixed(), False, hw.constants.pipeline_overlap)[0]
-
-    def refuted(m: float) -> bool:
-        return space.refuted(m, fixed)
-
-    lo = known_s
-    if not refuted(lo):
+    found = largest_refuted(lambda m: space.refuted(m, fixed), known_s, _GROW_STEPS, _REL_TOL)
+    if found is None or not found[1]:
+        # Not refuted at all, or every makespan tried refuted: no choice of candidates fits
+        # the memory rows at all, which is the infeasibility certificates' business, not a
+        # bound's. No claim either way.
         return 0.0
-    step, hi = 0.02, None
-    for _ in range(_GROW_STEPS):
-        trial = known_s * (1 + step)
-        if not refuted(trial):
-            hi = trial
-            break
-        lo, step = trial, step * 2
-    if hi is None:
-        # Every makespan tried refuted: no choice of candidates fits the memory rows at
-        # all. That is the infeasibility certificates' business, not a bound's: no claim.
-        return 0.0
-    while hi - lo > _REL_TOL * lo:
-        mid = (lo + hi) / 2
-        if refuted(mid):
-            lo = mid
-        else:
-            hi = mid
-    return lo if lo > known_s else 0.0
+    return found[0] if found[0] > known_s else 0.0

@@ -29,6 +29,7 @@ import numpy as np
 from cost_models import fixed_floors
 from planner.candidates import Candidate, Scope
 from planner.problem import Problem
+from planner.refutation_search import largest_refuted
 from planner.relaxation import candidate_matrix
 
 # Parts of the rho split tested per M (merged evenly over the slacks beyond this many).
@@ -148,25 +149,9 @@ def replica_bound(problem: Problem, cands: list[list[Candidate]], known_s: float
         return 0.0
     hw = problem.hw
     fixed = fixed_floors(problem.estimator.fixed(), False, hw.constants.pipeline_overlap)[0]
-
-    def refuted(m: float) -> bool:
-        return _refuted(m, fixed, hw.world_size, work, maxp, rho, world)
-
-    lo = known_s
-    if not refuted(lo):
+    found = largest_refuted(
+        lambda m: _refuted(m, fixed, hw.world_size, work, maxp, rho, world), known_s,
+        _GROW_STEPS, _REL_TOL)
+    if found is None:
         return 0.0
-    step, hi = 0.02, None
-    for _ in range(_GROW_STEPS):
-        trial = known_s * (1 + step)
-        if not refuted(trial):
-            hi = trial
-            break
-        lo, step = trial, step * 2
-    if hi is not None:
-        while hi - lo > _REL_TOL * lo:
-            mid = (lo + hi) / 2
-            if refuted(mid):
-                lo = mid
-            else:
-                hi = mid
-    return lo if lo > known_s else 0.0  # nothing above what was known: not named
+    return found[0] if found[0] > known_s else 0.0  # nothing above what was known: not named

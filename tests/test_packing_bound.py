@@ -25,8 +25,6 @@ from cost_models import fixed_floors
 from planner import plan
 from planner.bounds import lower_bound
 from planner.candidates import Candidate
-from planner.host_bound import host_bound
-from planner.owner_bound import owner_bound
 from planner.packing_bound import dff_rows, packing_bound
 from planner.partition.assignment import TableChoice
 from planner.partition.cpsat import makespan
@@ -36,16 +34,15 @@ from planner.presets import fixture_text, preset_dict
 from planner.problem import Problem, build_problem
 from planner.replica_bound import replica_bound
 from tests.test_owner_bound import requests
+from tests.test_replica_bound import memory_free_setup
 
 REL = 1e-9
 
 
 def _setup(req: dict[str, Any]) -> tuple[Problem, list[list[Candidate]], float]:
-    """The problem, its candidates and the memory-free bounds it must rise above."""
-    problem = build_problem(resolve(req))
-    cands, _ = candidates_for(problem)
-    free = max(owner_bound(problem, cands), host_bound(problem, cands, 0.0,
-                                                       memory=False).value_s)
+    """The problem, its candidates and the memory-free bounds it must rise above (the
+    replica bound's setup, then the replica bound)."""
+    problem, cands, free = memory_free_setup(req)
     return problem, cands, max(free, replica_bound(problem, cands, free))
 
 
@@ -90,9 +87,13 @@ def _ddr_tables(n: int) -> dict[str, Any]:
     return {"model": {"batch_size_per_gpu": 1024, "tables": tabs}, "hardware": hw}
 
 
-def _best_that_fits(problem: Problem, cands: list[list[Candidate]]) -> tuple[float, int]:
-    """The best of every plan that fits HBM, DDR and SSD (LoadState's bytes against the
-    caps), scored, and how many plans there are in all."""
+def _best_that_fits(req: dict[str, Any]
+                    ) -> tuple[Problem, list[list[Candidate]], float, int]:
+    """The problem and candidates of `req`, the best of every plan that fits HBM, DDR and
+    SSD (LoadState's bytes against the caps), scored, and how many plans there are in
+    all."""
+    problem = build_problem(resolve(req))
+    cands, _ = candidates_for(problem)
     hw = problem.hw
     options = [[TableChoice(c, p) for c in cs
                 for p in every_placement(c, hw.gpus_per_host, hw.world_size)] for cs in cands]
@@ -102,7 +103,7 @@ def _best_that_fits(problem: Problem, cands: list[list[Candidate]]) -> tuple[flo
         if ((state.hbm <= hw.hbm_cap).all() and (state.ddr <= hw.ddr_cap).all()
                 and (state.ssd <= hw.ssd_cap).all()):
             fitting.append(makespan(problem, list(choice)))
-    return min(fitting), int(np.prod([len(o) for o in options]))
+    return problem, cands, min(fitting), int(np.prod([len(o) for o in options]))
 
 
 def test_memory_rows_below_the_exhaustive_optimum_that_fits() -> None:
@@ -112,18 +113,14 @@ def test_memory_rows_below_the_exhaustive_optimum_that_fits() -> None:
     above it; without the memory rows it is far below. With two such tables both fit in
     HBM, one per GPU, and the bound must say no more than that (a bound that counted the
     GPUs' HBM as one bin would put a table in DDR)."""
-    problem = build_problem(resolve(_large_tables(4_000_000)))
-    cands, _ = candidates_for(problem)
-    best, plans = _best_that_fits(problem, cands)
+    problem, cands, best, plans = _best_that_fits(_large_tables(4_000_000))
     assert plans == 64
     b = lower_bound(problem, cands)
     assert b.value_s == b.packing_s and best * 0.96 <= b.packing_s <= best * (1 + REL)
     assert max(b.average_s, b.balanced_s) < 0.2 * best
     assert packing_bound(problem, cands, b.average_s, memory=False) < 0.2 * best
     assert plan(_large_tables(4_000_000)).summary.step_time_s >= b.value_s
-    problem = build_problem(resolve(_large_tables(4_000_000, n=2)))
-    cands, _ = candidates_for(problem)
-    best, _ = _best_that_fits(problem, cands)
+    problem, cands, best, _ = _best_that_fits(_large_tables(4_000_000, n=2))
     assert lower_bound(problem, cands).value_s <= best * (1 + REL)
 
 
@@ -133,16 +130,12 @@ def test_host_memory_rows_below_the_exhaustive_optimum_that_fits() -> None:
     say; the bound is within 20% of the best of the 512 plans that fit, 3.3x the average
     bound, never above it. Two tables: not above their best (a bound that counted the hosts'
     DDR as one bin would put one in SSD)."""
-    problem = build_problem(resolve(_ddr_tables(3)))
-    cands, _ = candidates_for(problem)
-    best, plans = _best_that_fits(problem, cands)
+    problem, cands, best, plans = _best_that_fits(_ddr_tables(3))
     assert plans == 512
     b = lower_bound(problem, cands)
     assert b.value_s == b.packing_s and best * 0.8 <= b.packing_s <= best * (1 + REL)
     assert b.packing_s > 3 * b.average_s
-    problem = build_problem(resolve(_ddr_tables(2)))
-    cands, _ = candidates_for(problem)
-    best, _ = _best_that_fits(problem, cands)
+    problem, cands, best, _ = _best_that_fits(_ddr_tables(2))
     assert lower_bound(problem, cands).value_s <= best * (1 + REL)
 
 

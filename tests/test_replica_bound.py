@@ -28,7 +28,7 @@ from tests.test_owner_bound import requests
 REL = 1e-9
 
 
-def _setup(req: dict[str, Any]) -> tuple[Problem, list[list[Candidate]], float]:
+def memory_free_setup(req: dict[str, Any]) -> tuple[Problem, list[list[Candidate]], float]:
     """The problem, its candidates and the larger memory-free bound (owner side, host)."""
     problem = build_problem(resolve(req))
     cands, _ = candidates_for(problem)
@@ -41,7 +41,7 @@ def test_below_the_exhaustive_optimum_and_close_to_it() -> None:
     """bound_falsify's seed 1, instance 18: 3 hosts of 2 GPUs, 4 tables, 72,000 plans. The
     memory-free bounds are 4.9% under the best plan; the replica bound is within 0.1% of it,
     never above."""
-    problem, cands, free = _setup(instance(1, 18))
+    problem, cands, free = memory_free_setup(instance(1, 18))
     g, w = problem.hw.gpus_per_host, problem.hw.world_size
     options = [[TableChoice(c, p) for c in cs for p in every_placement(c, g, w)]
                for cs in cands]
@@ -56,7 +56,7 @@ def test_where_replicas_crowd_a_large_piece() -> None:
     replica part was 35.2 ms against plans of 51.1 ms; the replica bound is 51.1 ms, and no
     plan a random descent finds, nor our own, is below it."""
     req = instance(1, 67)
-    problem, cands, _ = _setup(req)
+    problem, cands, _ = memory_free_setup(req)
     b = lower_bound(problem, cands)
     others = max(b.average_s, b.largest_piece_s, b.balanced_s, b.pinned_s, b.owner_s, b.host_s)
     assert b.replica_s > 1.4 * others and b.value_s == b.replica_s
@@ -72,7 +72,7 @@ def test_where_replicas_crowd_a_large_piece() -> None:
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(requests(), st.integers(0, 2**31 - 1))
 def test_below_every_plan_found(req: dict[str, Any], seed: int) -> None:
-    problem, cands, free = _setup(req)
+    problem, cands, free = memory_free_setup(req)
     bound = replica_bound(problem, cands, free)
     if problem.model.pipelined:
         assert bound == 0.0  # a pipelined step is not the sum of its pieces' sides
@@ -86,12 +86,12 @@ def test_no_replicas_no_bound() -> None:
     req = instance(1, 67)
     for t in req["model"]["tables"]:
         t.setdefault("constraints", {})["sharding_types"] = ["table_wise"]
-    problem, cands, free = _setup(req)
+    problem, cands, free = memory_free_setup(req)
     assert replica_bound(problem, cands, free) == 0.0
 
 
 def test_pipelined_is_not_bounded() -> None:
     req = instance(1, 67)
     req["model"]["pipelined"] = True
-    problem, cands, free = _setup(req)
+    problem, cands, free = memory_free_setup(req)
     assert replica_bound(problem, cands, free) == 0.0
