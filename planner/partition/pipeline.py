@@ -39,6 +39,7 @@ from planner.partition.greedy import greedy
 from planner.partition.hierarchical import host_model_size, solve_hierarchical
 from planner.partition.local_search import local_search
 from planner.partition.lp_start import Relaxer, lp_start, relaxed_choices
+from planner.partition.nic_start import nic_packing_choice
 from planner.partition.policy import DEFAULT_POLICY, SearchPolicy
 from planner.partition.ruin_recreate import RecreateResult, ruin_and_recreate
 from planner.partition.state import LoadState
@@ -91,7 +92,8 @@ def _priced_start(problem: Problem, cands: list[list[Candidate]], bound: LowerBo
 
 def _grown(problem: Problem, cands: list[list[Candidate]], choice: list[int], steps: int,
            best: Assignment | None, spread: bool, owners: tuple[bool, ...], fill: float,
-           share: float = 1.0, held: bool = False) -> Assignment | None:
+           share: float = 1.0, held: bool = False, note: str = "the relaxation"
+           ) -> Assignment | None:
     """`choice` placed (lp_start) and improved (local_search), once per owner-side setting;
     the best of those and `best`."""
     best_s = makespan(problem, best.choices) if best is not None else float("inf")
@@ -103,7 +105,7 @@ def _grown(problem: Problem, cands: list[list[Candidate]], choice: list[int], st
         other = local_search(problem, cands, start, steps)
         other_s = makespan(problem, other.choices)
         if other_s < best_s * (1 - 1e-9):
-            other.notes.append("kept the plan grown from the relaxation's choices")
+            other.notes.append(f"kept the plan grown from {note}'s choices")
             best, best_s = other, other_s
     return best
 
@@ -204,6 +206,12 @@ def _starts(problem: Problem, cands: list[list[Candidate]], bound: LowerBound,
     except InfeasibleError:
         best = None
     best, fill = _priced_start(problem, cands, bound, steps, best, spread, policy)
+    nic = nic_packing_choice(problem, cands, bound.value_s)
+    if nic is not None:
+        grown = _grown(problem, cands, nic, steps, best, spread, (False, True),
+                       fill=policy.relaxation_fills[0], note="the NIC-floor relaxation")
+        if grown is not best:
+            best, fill = grown, policy.relaxation_fills[0]
     if best is None:
         raise InfeasibleError(reason="neither the greedy nor the priced start fit every "
                                      "table")
