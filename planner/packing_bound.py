@@ -44,6 +44,7 @@ from ortools.linear_solver.python import model_builder as mb
 
 from cost_models import fixed_floors
 from planner.candidates import Candidate
+from planner.nic_floor import NicFloor
 from planner.problem import Problem
 from planner.refutation_search import largest_refuted
 from planner.relaxation import cluster_caps
@@ -161,9 +162,14 @@ class _Space:
     work, largest piece, memory; their pieces read on demand."""
 
     def __init__(self, problem: Problem, cands: list[list[Candidate]], memory: bool,
-                 prices: np.ndarray | None) -> None:
+                 prices: np.ndarray | None, nic: bool) -> None:
         hw = problem.hw
+        self.cands = cands
         self.flat = [c for cs in cands for c in cs]
+        # On several hosts: candidates ruled out by their heaviest piece's GPU's NIC floor
+        # (planner/nic_floor.py), per makespan; `nic_used` records whether any was.
+        self.nic = NicFloor(problem, cands, memory) if nic else None
+        self.nic_used: set[float] = set()
         self.tables = len(cands)
         self.table = np.repeat(np.arange(len(cands)), [len(cs) for cs in cands])
         self.work = np.array([c.work for c in self.flat])
@@ -231,6 +237,13 @@ class _Space:
         if cap <= 0:
             return True
         allowed = self.maxp <= cap
+        ruled = np.zeros(len(allowed), dtype=bool)
+        if self.nic is not None and self.nic.active:
+            ruled = self.nic.flat_mask(
+                self.nic.excluded(m, self.nic.class_mask(allowed, self.cands)), self.cands)
+            if ruled.any():
+                allowed &= ~ruled
+                self.nic_used.add(m)
         if len(np.unique(self.table[allowed])) < self.tables:
             return True  # some table has no candidate whose pieces fit under C
         # When a table's least-work (then memory-priced) candidate keeps every packing row,
@@ -239,10 +252,15 @@ class _Space:
         # memory totals, which that choice breaks; it costs 0.5 s on 43,000 candidates).
         for key in self.keys:
             pick = self._picked(key, allowed)
+            # The average row (the identity) holds for the least-work choice at the bound
+            # already proven, but not once candidates are ruled out: then it is read too.
+            over = bool(ruled.any()) and float(self.work[pick].sum()) > self.gpus * cap
             # Only the candidates with a piece of at least _SMALL of its bin add to a packing
             # row.
             pick = pick[(self.maxp[pick] >= _SMALL * cap) | (self.mem_share[pick] >= _SMALL)]
             if not len(pick):
+                if over:
+                    continue
                 return False
             if sum(len(g) for i in pick for g in self.flat[i].groups) > _MAX_PIECES:
                 return False  # too many to read: M left unrefuted
@@ -252,7 +270,7 @@ class _Space:
             timed = pieces.time_rows(cap) / self.gpus
             fixed_rows, packing = self._fixed_rows(pieces, pick)
             rows = np.vstack([timed[1:], fixed_rows[:packing]])
-            if not (rows.sum(axis=1) > 1.0).any():
+            if not over and not (rows.sum(axis=1) > 1.0).any():
                 return False
         everything = self._everything()
         if everything is None:
@@ -271,15 +289,25 @@ class _Space:
 
 
 def packing_bound(problem: Problem, cands: list[list[Candidate]], known_s: float,
-                  prices: np.ndarray | None = None, memory: bool = True) -> float:
+                  prices: np.ndarray | None = None, memory: bool = True, nic: bool = True
+                  ) -> float:
     """The largest makespan found refuted above `known_s` (a bound already proven); 0 where
     it refutes nothing above it or the step is pipelined. `prices` (HBM, DDR, SSD per
     byte), where given, pick a choice that may show a makespan possible without the LP (a
     shortcut only). Without `memory` the memory rows are left out (a bound on plans that
-    ignore memory, which benchmarks/bound_falsify.py draws)."""
+    ignore memory, which benchmarks/bound_falsify.py draws). With `nic`, candidates whose
+    heaviest piece's GPU cannot also carry its host's NIC floor are left out at each
+    makespan (planner/nic_floor.py)."""
+    return packing_bound_detail(problem, cands, known_s, prices, memory, nic)[0]
+
+
+def packing_bound_detail(problem: Problem, cands: list[list[Candidate]], known_s: float,
+                         prices: np.ndarray | None = None, memory: bool = True,
+                         nic: bool = True) -> tuple[float, bool]:
+    """packing_bound's value, and whether the NIC floor ruled a candidate out at it."""
     if problem.model.pipelined or known_s <= 0:
-        return 0.0
-    space = _Space(problem, cands, memory, prices)
+        return 0.0, False
+    space = _Space(problem, cands, memory, prices, nic)
     hw = problem.hw
     fixed = fixed_floors(problem.estimator.fixed(), False, hw.constants.pipeline_overlap)[0]
     found = largest_refuted(lambda m: space.refuted(m, fixed), known_s, _GROW_STEPS, _REL_TOL)
@@ -287,5 +315,7 @@ def packing_bound(problem: Problem, cands: list[list[Candidate]], known_s: float
         # Not refuted at all, or every makespan tried refuted: no choice of candidates fits
         # the memory rows at all, which is the infeasibility certificates' business, not a
         # bound's. No claim either way.
-        return 0.0
-    return found[0] if found[0] > known_s else 0.0
+        return 0.0, False
+    if found[0] <= known_s:
+        return 0.0, False
+    return found[0], found[0] in space.nic_used
