@@ -50,11 +50,16 @@ from planner.relaxation import cluster_caps
 
 _MS = 1e3  # seconds -> milliseconds in the LP
 _GB = 1e-9  # bytes -> GB in the memory rows
-# Above this many LP columns (class candidates and groups) no floor is computed.
-_MAX_COLUMNS = 20_000
-# Candidates whose own floor is solved per makespan (those whose heaviest exposed piece is
-# nearest the generic floor's limit), at most.
+# Above this many LP columns (class candidates and groups) no floor is computed: classes of
+# identical tables keep the fixtures' LPs at a few hundred columns, where one is about 10
+# ms; 1,000 distinct tables on 16 hosts (synthetic_1000) would be 15,830, about 0.2 s each.
+_MAX_COLUMNS = 6_000
+# Candidates whose own floor is solved per makespan, at most: those whose heaviest exposed
+# piece takes at least _OWN_SHARE of what the floor without them leaves.
 _OWN_FLOORS = 6
+_OWN_SHARE = 0.75
+# GLOP's simplex iterations per LP (tens to a few hundred here); past them, no floor.
+_MAX_ITERATIONS = 20_000
 # A floor counts only this far (relative) below its recomputed value.
 _MARGIN = 1e-9
 
@@ -84,6 +89,7 @@ class NicFloor:
                  ) -> None:
         hw, model = problem.hw, problem.model
         self.active = hw.hosts > 1 and not model.pipelined
+        self.room = 0.0  # excluded's last: a GPU's seconds above its floor
         if not self.active:
             return
         nic = hw.eff_nic_bw
@@ -253,6 +259,7 @@ class NicFloor:
         lp.helper.fill_model_from_sparse_data(lo_v, hi_v, self.objective, self.row_lo, row_hi,
                                               self.matrix)
         solver = mb.ModelSolver("glop")
+        solver.set_solver_specific_parameters(f"max_number_of_iterations: {_MAX_ITERATIONS}")
         if solver.solve(lp) != mb.SolveStatus.OPTIMAL:
             return -np.inf
         y = solver.dual_values(lp.get_linear_constraints()).to_numpy()
@@ -266,10 +273,11 @@ class NicFloor:
         if not self.active:
             return out
         room = m - self.fixed - self._floor(m, usable, None)
+        self.room = room  # what every GPU has left above its floor for its pieces' e
         out = usable & (self.emax > room * (1 + _MARGIN))
         # Own floors for the candidates with the heaviest exposed pieces not yet ruled out
         # (each floor holds with the exclusions found before it).
-        near = np.flatnonzero(usable & ~out & (self.emax > 0))
+        near = np.flatnonzero(usable & ~out & (self.emax >= _OWN_SHARE * room))
         for i in near[np.argsort(-self.emax[near], kind="stable")][:_OWN_FLOORS]:
             own = m - self.fixed - self._floor(m, usable & ~out, int(i))
             if self.emax[i] > own * (1 + _MARGIN):
@@ -277,7 +285,8 @@ class NicFloor:
         return out
 
     def flat_mask(self, class_mask: np.ndarray, cands: list[list[Candidate]]) -> np.ndarray:
-        """A class-candidate mask spread over every table's candidates (planner order)."""
+        """Per class candidate values (a mask, or emax) spread over every table's candidates
+        (planner order)."""
         parts = [class_mask[self.col_start[k]:self.col_start[k] + len(cs)]
                  for k, cs in zip(self.class_of, cands, strict=True)]
         return np.concatenate(parts)

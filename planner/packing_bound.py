@@ -43,7 +43,7 @@ import scipy.sparse as sp
 from ortools.linear_solver.python import model_builder as mb
 
 from cost_models import fixed_floors
-from planner.candidates import Candidate
+from planner.candidates import Candidate, Group, Scope
 from planner.nic_floor import NicFloor
 from planner.problem import Problem
 from planner.refutation_search import largest_refuted
@@ -78,10 +78,18 @@ def dff_rows(x: np.ndarray) -> np.ndarray:
     return np.vstack(rows)
 
 
-def _piece_array(c: Candidate) -> np.ndarray:
-    """(4, pieces): each piece's seconds (comp + comm), HBM, DDR and SSD bytes."""
+def _piece_array(c: Candidate, nic_bw: float | None) -> np.ndarray:
+    """(5, pieces): each piece's seconds (comp + comm), HBM, DDR and SSD bytes, and its
+    exposed seconds (planner/nic_floor.py: seconds less inter-host seconds; 0 for a
+    world-scope piece, whose share the NIC floor counts, and without `nic_bw`)."""
+    def exposed(g: Group) -> np.ndarray:
+        if nic_bw is None or c.scope is Scope.WORLD:
+            return np.zeros(len(g))
+        return g.comp + g.comm - g.inter.sum(axis=1) / nic_bw
+
     return np.vstack([np.concatenate(parts) for parts in zip(
-        *[(g.comp + g.comm, g.hbm, g.ddr, g.ssd) for g in c.groups], strict=True)])
+        *[(g.comp + g.comm, g.hbm, g.ddr, g.ssd, exposed(g)) for g in c.groups],
+        strict=True)])
 
 
 class _Pieces:
@@ -91,15 +99,16 @@ class _Pieces:
     def __init__(self, arrays: list[np.ndarray]) -> None:
         self.n = len(arrays)
         owner = np.repeat(np.arange(self.n), [a.shape[1] for a in arrays])
-        keys = np.hstack(arrays)  # (4, pieces): seconds, HBM, DDR, SSD
-        order = np.lexsort((*keys[::-1], owner))  # by owner, then seconds, HBM, DDR, SSD
+        keys = np.hstack(arrays)  # (5, pieces): seconds, HBM, DDR, SSD, exposed seconds
+        order = np.lexsort((*keys[::-1], owner))  # by owner, then seconds, HBM, DDR, ...
         owner, keys = owner[order], keys[:, order]
         first = np.ones(len(owner), dtype=bool)
         first[1:] = (owner[1:] != owner[:-1]) | (keys[:, 1:] != keys[:, :-1]).any(axis=0)
         starts = np.flatnonzero(first)
         self.owner = owner[starts]
         self.size = keys[0, starts]
-        self.mem = keys[1:, starts]
+        self.mem = keys[1:4, starts]
+        self.exposed = keys[4, starts]
         self.count = np.diff(np.append(starts, len(owner))).astype(float)
         # A negative size or byte count (no estimator gives one today) voids the argument.
         self.negative = bool((keys < 0).any())
@@ -116,6 +125,12 @@ class _Pieces:
     def time_rows(self, cap: float) -> np.ndarray:
         """(R, candidates) each function summed over each candidate's pieces at C = cap."""
         return self.summed(dff_rows(np.minimum(self.size / cap, 1.0) * (1 - _SAFE)))
+
+    def exposed_rows(self, cap: float) -> np.ndarray:
+        """(R, candidates) the functions but the identity of each piece's exposed seconds
+        over `cap`, what a GPU has left for them above its NIC floor (planner/nic_floor.py),
+        summed over each candidate's pieces."""
+        return self.summed(dff_rows(np.minimum(self.exposed / cap, 1.0) * (1 - _SAFE))[1:])
 
     def memory_rows(self, bins: np.ndarray, caps: np.ndarray) -> np.ndarray:
         """(R, candidates) the functions of each piece's bytes over its bin's cap (HBM per
@@ -170,6 +185,9 @@ class _Space:
         # (planner/nic_floor.py), per makespan; `nic_used` records whether any was.
         self.nic = NicFloor(problem, cands, memory) if nic else None
         self.nic_used: set[float] = set()
+        self.nic_bw = hw.eff_nic_bw if self.nic is not None and self.nic.active else None
+        self.emax = (self.nic.flat_mask(self.nic.emax, cands) if self.nic_bw is not None
+                     else np.zeros(len(self.flat)))
         self.tables = len(cands)
         self.table = np.repeat(np.arange(len(cands)), [len(cs) for cs in cands])
         self.work = np.array([c.work for c in self.flat])
@@ -202,7 +220,7 @@ class _Space:
 
     def _array(self, i: int) -> np.ndarray:
         if i not in self._arrays:
-            self._arrays[i] = _piece_array(self.flat[i])
+            self._arrays[i] = _piece_array(self.flat[i], self.nic_bw)
         return self._arrays[i]
 
     def _fixed_rows(self, pieces: _Pieces, idx: np.ndarray) -> tuple[np.ndarray, int]:
@@ -231,6 +249,13 @@ class _Space:
         head[1:] = self.table[order[1:]] != self.table[order[:-1]]
         return order[head]
 
+    def _exposed(self, pieces: _Pieces, room: float) -> np.ndarray:
+        """The exposed-seconds rows over each GPU's room above its NIC floor (none without
+        one): every GPU's non-replica pieces' e sum to at most `room`."""
+        if room <= 0:
+            return np.zeros((0, pieces.n))
+        return pieces.exposed_rows(room) / self.gpus
+
     def refuted(self, m: float, fixed: float) -> bool:
         """Whether no choice of candidates can have makespan m (module docstring)."""
         cap = m - fixed
@@ -238,9 +263,11 @@ class _Space:
             return True
         allowed = self.maxp <= cap
         ruled = np.zeros(len(allowed), dtype=bool)
+        room = 0.0  # what each GPU has left above its NIC floor (0: no exposed rows)
         if self.nic is not None and self.nic.active:
             ruled = self.nic.flat_mask(
                 self.nic.excluded(m, self.nic.class_mask(allowed, self.cands)), self.cands)
+            room = self.nic.room if np.isfinite(self.nic.room) else 0.0
             if ruled.any():
                 allowed &= ~ruled
                 self.nic_used.add(m)
@@ -257,7 +284,8 @@ class _Space:
             over = bool(ruled.any()) and float(self.work[pick].sum()) > self.gpus * cap
             # Only the candidates with a piece of at least _SMALL of its bin add to a packing
             # row.
-            pick = pick[(self.maxp[pick] >= _SMALL * cap) | (self.mem_share[pick] >= _SMALL)]
+            pick = pick[(self.maxp[pick] >= _SMALL * cap) | (self.mem_share[pick] >= _SMALL)
+                        | ((room > 0) & (self.emax[pick] >= _SMALL * room))]
             if not len(pick):
                 if over:
                     continue
@@ -269,7 +297,7 @@ class _Space:
                 return False  # the functions are defined on [0, 1]: no claim
             timed = pieces.time_rows(cap) / self.gpus
             fixed_rows, packing = self._fixed_rows(pieces, pick)
-            rows = np.vstack([timed[1:], fixed_rows[:packing]])
+            rows = np.vstack([timed[1:], self._exposed(pieces, room), fixed_rows[:packing]])
             if not over and not (rows.sum(axis=1) > 1.0).any():
                 return False
         everything = self._everything()
@@ -278,7 +306,8 @@ class _Space:
         pieces, fixed_rows, _ = everything
         if pieces.negative:
             return False
-        a = np.vstack([pieces.time_rows(cap) / self.gpus, fixed_rows])[:, allowed]
+        a = np.vstack([pieces.time_rows(cap) / self.gpus, self._exposed(pieces, room),
+                       fixed_rows])[:, allowed]
         table = self.table[allowed]
         y = _duals(a, table, self.tables)
         if y is None:
