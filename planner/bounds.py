@@ -34,7 +34,10 @@ of each large piece: a table may keep a piece nearly as large as the makespan on
 replicas are chosen, and the work of choosing fewer is counted.
 The packing bound (planner/packing_bound.py) counts that pieces land whole: dual feasible
 functions of the pieces' sizes over the makespan, summed over the chosen candidates, fit W
-(26 table-wise pieces of equal size on 8 GPUs: some GPU holds four).
+(26 table-wise pieces of equal size on 8 GPUs: some GPU holds four). On several hosts it
+also leaves out, per makespan, the candidates whose heaviest piece's GPU cannot carry it
+beside its host's owner side (planner/nic_floor.py), and packs the pieces' exposed seconds
+into what each GPU has above that floor.
 None of this reads the plan the partitioner chose.
 """
 
@@ -48,7 +51,7 @@ from planner.candidates import Candidate
 from planner.capped_bound import capped_bound
 from planner.host_bound import host_bound
 from planner.owner_bound import owner_bound
-from planner.packing_bound import packing_bound
+from planner.packing_bound import packing_bound_detail
 from planner.problem import Problem
 from planner.relaxation import (
     candidate_matrix,
@@ -81,6 +84,9 @@ class LowerBound:
     # The chosen pieces packed whole into the GPUs (planner/packing_bound.py; 0 where not
     # computed or not above the other bounds: pipelined, too many pieces).
     packing_s: float = 0.0
+    # Whether the packing bound ruled candidates out by their heaviest piece's GPU's NIC floor
+    # (planner/nic_floor.py) at the makespan it gave.
+    nic_floor: bool = False
 
     def with_solver(self, solver_s: float) -> "LowerBound":
         """Adopt the solver's bound where it is tighter (it is valid over the same space)."""
@@ -232,7 +238,8 @@ def lower_bound(problem: Problem, cands: list[list[Candidate]]) -> LowerBound:
     known = max(known, capped)
     host = host_bound(problem, cands, known).value_s  # counts the fixed latency itself
     replica = replica_bound(problem, cands, max(known, host))  # counts it too
-    packing = packing_bound(problem, cands, max(known, host, replica), prices)  # and it
+    packing, nic = packing_bound_detail(problem, cands, max(known, host, replica),
+                                        prices)  # and it
     return LowerBound(
         value_s=max(known, host, replica, packing),
         average_s=average,
@@ -245,4 +252,5 @@ def lower_bound(problem: Problem, cands: list[list[Candidate]]) -> LowerBound:
         host_s=host,
         replica_s=replica,
         packing_s=packing,
+        nic_floor=nic,
     )

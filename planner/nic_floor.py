@@ -234,10 +234,11 @@ class NicFloor:
         for k in range(len(reps)):
             self.owner_max += mult[k] * owner[self.flat_of_class == k].max(axis=0)
 
-    def _floor(self, m: float, usable: np.ndarray, forced: int | None) -> float:
-        """A proven lower bound (seconds) on the LP's optimum at makespan m over the usable
-        class candidates, `forced` (a class candidate) chosen with its heaviest piece on h;
-        -inf where none is found."""
+    def lp_bounds(self, m: float, usable: np.ndarray, forced: int | None = None
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(column lower, column upper, row lower, row upper) bounds of the LP at makespan m
+        over the usable class candidates, `forced` (a class candidate) chosen with its
+        heaviest piece on h; the matrix and objective are `matrix` and `objective`."""
         lo_v = np.zeros(self.n_cols)
         hi_v = np.full(self.n_cols, np.inf)
         hi_v[:self.n] = np.where(usable, self.mult[self.flat_of_class], 0.0)
@@ -255,15 +256,22 @@ class NicFloor:
             lo_v[self.n + self.group_start[forced] + k] = 1.0
             lo_v[self.u:self.u + 3] = inter_p
             hi_v[self.u:self.u + 3] = np.maximum(self.owner_max, inter_p)
+        return lo_v, hi_v, self.row_lo, row_hi
+
+    def floor(self, m: float, usable: np.ndarray, forced: int | None = None) -> float:
+        """A proven lower bound (seconds) on the LP's optimum at makespan m over the usable
+        class candidates, `forced` (a class candidate) chosen with its heaviest piece on h;
+        -inf where none is found."""
+        lo_v, hi_v, row_lo, row_hi = self.lp_bounds(m, usable, forced)
         lp = mb.ModelBuilder()
-        lp.helper.fill_model_from_sparse_data(lo_v, hi_v, self.objective, self.row_lo, row_hi,
+        lp.helper.fill_model_from_sparse_data(lo_v, hi_v, self.objective, row_lo, row_hi,
                                               self.matrix)
         solver = mb.ModelSolver("glop")
         solver.set_solver_specific_parameters(f"max_number_of_iterations: {_MAX_ITERATIONS}")
         if solver.solve(lp) != mb.SolveStatus.OPTIMAL:
             return -np.inf
         y = solver.dual_values(lp.get_linear_constraints()).to_numpy()
-        return max(_lagrangian(self.objective, self.matrix, self.row_lo, row_hi, lo_v, hi_v,
+        return max(_lagrangian(self.objective, self.matrix, row_lo, row_hi, lo_v, hi_v,
                                sign * y) for sign in (1.0, -1.0)) / _MS
 
     def excluded(self, m: float, usable: np.ndarray) -> np.ndarray:
@@ -272,14 +280,14 @@ class NicFloor:
         out = np.zeros(self.n, dtype=bool)
         if not self.active:
             return out
-        room = m - self.fixed - self._floor(m, usable, None)
+        room = m - self.fixed - self.floor(m, usable, None)
         self.room = room  # what every GPU has left above its floor for its pieces' e
         out = usable & (self.emax > room * (1 + _MARGIN))
         # Own floors for the candidates with the heaviest exposed pieces not yet ruled out
         # (each floor holds with the exclusions found before it).
         near = np.flatnonzero(usable & ~out & (self.emax >= _OWN_SHARE * room))
         for i in near[np.argsort(-self.emax[near], kind="stable")][:_OWN_FLOORS]:
-            own = m - self.fixed - self._floor(m, usable & ~out, int(i))
+            own = m - self.fixed - self.floor(m, usable & ~out, int(i))
             if self.emax[i] > own * (1 + _MARGIN):
                 out[i] = True
         return out

@@ -315,7 +315,9 @@ def bound_note(b: LowerBound) -> str:
     if b.replica_s > 0:
         parts.append(f"each large piece's GPU with the replicas beside it {b.replica_s:.6g} s")
     if b.packing_s > 0:
-        parts.append(f"the chosen pieces packed whole into the GPUs {b.packing_s:.6g} s")
+        nic = (", a heavy piece's GPU carrying its host's owner side" if b.nic_floor
+               else "")
+        parts.append(f"the chosen pieces packed whole into the GPUs{nic} {b.packing_s:.6g} s")
     if b.solver_s > 0:
         parts.append(f"CP-SAT's proven bound on the exact model {b.solver_s:.6g} s")
     return "max of " + ", ".join(parts) + ", over all plans in the candidate space"
