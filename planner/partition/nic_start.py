@@ -38,11 +38,21 @@ _MAX_PIECES = 400_000
 
 
 def _exposed(c: Candidate, nic_bw: float) -> np.ndarray:
-    """Each piece's work less its inter-host seconds (0 for a world-scope candidate's: those
-    sit on every GPU and are taken off the capacity instead)."""
+    """Each piece's work less its inter-host seconds (none for a world-scope candidate's:
+    those sit on every GPU and are taken off the capacity instead)."""
     if c.scope is Scope.WORLD:
         return np.zeros(0)
     return np.concatenate([g.comp + g.comm - g.inter.sum(axis=1) / nic_bw for g in c.groups])
+
+
+def _rows(cands: list[Candidate], nic_bw: float, cap: float, gpus: int) -> np.ndarray:
+    """(R, candidates) the packing functions but the identity of each piece's exposed
+    seconds over `cap`, summed over each candidate's pieces, over the GPUs."""
+    exposed = [_exposed(c, nic_bw) for c in cands]
+    owner = np.repeat(np.arange(len(cands)), [len(e) for e in exposed])
+    values = dff_rows(np.clip(np.concatenate(exposed) / cap, 0.0, 1.0) * (1 - _SAFE))[1:]
+    return np.vstack([np.bincount(owner, weights=v, minlength=len(cands)) for v in values]
+                     ) / gpus
 
 
 def nic_packing_choice(problem: Problem, cands: list[list[Candidate]], bound_s: float
@@ -67,15 +77,11 @@ def nic_packing_choice(problem: Problem, cands: list[list[Candidate]], bound_s: 
         return None
     flat = [c for cs in cands for c in cs]
     table = np.repeat(np.arange(len(cands)), [len(cs) for cs in cands])
-    rows = np.zeros((dff_rows(np.zeros(1)).shape[0] - 1, len(flat)))
-    for i, c in enumerate(flat):
-        e = _exposed(c, nic)
-        if len(e):
-            rows[:, i] = dff_rows(np.clip(e / cap, 0.0, 1.0) * (1 - _SAFE))[1:].sum(axis=1)
-    rows /= hw.world_size
-    if not (rows[:, [int(np.flatnonzero(table == t)[j]) for t, j in enumerate(least)]]
-            .sum(axis=1) > 1.0).any():
+    starts = np.concatenate([[0], np.cumsum([len(cs) for cs in cands])[:-1]])
+    picked = starts + np.array(least)
+    if not (_rows([flat[i] for i in picked], nic, cap, hw.world_size).sum(axis=1) > 1.0).any():
         return None  # the least-work choice keeps every row: nothing new to grow
+    rows = _rows(flat, nic, cap, hw.world_size)
     caps = cluster_caps(hw)
     finite = np.flatnonzero(np.isfinite(caps) & (caps > 0))
     mem = np.array([(c.hbm_total, c.ddr_total, c.ssd_total) for c in flat], dtype=float)
@@ -93,5 +99,4 @@ def nic_packing_choice(problem: Problem, cands: list[list[Candidate]], bound_s: 
     if solver.solve(lp) != mb.SolveStatus.OPTIMAL:
         return None
     x = solver.values(lp.get_variables()).to_numpy()
-    starts = np.concatenate([[0], np.cumsum([len(cs) for cs in cands])[:-1]])
     return [int(np.argmax(x[s:s + len(cs)])) for s, cs in zip(starts, cands, strict=True)]
