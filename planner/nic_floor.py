@@ -97,6 +97,15 @@ class NicFloor:
         self.hosts, self.g = hw.hosts, hw.gpus_per_host
         self.fixed = fixed_floors(problem.estimator.fixed(), False,
                                   hw.constants.pipeline_overlap)[0]
+        # Tables with different candidates' work or largest piece are in different classes:
+        # where even those keys give too many columns, no class is hashed.
+        rough: dict[tuple, int] = {}
+        for cs in cands:
+            rough.setdefault(tuple((c.work, c.max_piece) for c in cs), sum(
+                1 + (0 if c.scope is Scope.WORLD else len(c.groups)) for c in cs))
+        if sum(rough.values()) > _MAX_COLUMNS:
+            self.active = False
+            return
         # Classes of identical tables: their first table stands for all.
         first: dict[bytes, int] = {}
         self.class_of = np.array([first.setdefault(_signature(cs), len(first))
