@@ -13,9 +13,11 @@ import json
 from typing import Any
 
 import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from scipy.optimize import linprog
 
-from benchmarks.bound_falsify import every_placement
+from benchmarks.bound_falsify import descent, every_placement
 from planner import plan
 from planner.bounds import lower_bound
 from planner.candidates import Candidate, ShardingType
@@ -31,15 +33,17 @@ from planner.problem import Problem, build_problem
 REL = 1e-9
 
 
-def _request(pooling: float, comm_tables: int, dim: int) -> dict[str, Any]:
-    """2 hosts of 2 GPUs: one lookup-heavy table (table-wise or table-row-wise) and
-    `comm_tables` small tables whose pooled vectors are most of the all-to-alls."""
+def _request(pooling: float, comm_tables: int, dim: int, hosts: int = 2, gpus: int = 2,
+             heavy: int = 1) -> dict[str, Any]:
+    """`hosts` hosts of `gpus` GPUs: `heavy` lookup-heavy tables (table-wise or
+    table-row-wise) and `comm_tables` small tables whose pooled vectors are most of the
+    all-to-alls."""
     hw = preset_dict("h100")
-    hw["hosts"], hw["gpus_per_host"] = 2, 2
-    tabs = [{"name": "heavy", "num_embeddings": 2_000_000, "embedding_dim": 32,
+    hw["hosts"], hw["gpus_per_host"] = hosts, gpus
+    tabs = [{"name": f"heavy{i}", "num_embeddings": 2_000_000, "embedding_dim": 32,
              "pooling_factor": pooling,
              "constraints": {"sharding_types": ["table_wise", "table_row_wise"],
-                             "memory_tiers": ["hbm"]}}]
+                             "memory_tiers": ["hbm"]}} for i in range(heavy)]
     tabs += [{"name": f"c{i}", "num_embeddings": 1000, "embedding_dim": dim,
               "pooling_factor": 1.0,
               "constraints": {"sharding_types": ["table_wise"], "memory_tiers": ["hbm"]}}
@@ -182,3 +186,20 @@ def test_raises_the_bound_where_heavy_pieces_meet_the_owner_side() -> None:
     p = plan(req)
     assert p.summary.step_time_s >= b.value_s
     assert "owner side" in p.summary.lower_bound_note
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.floats(20.0, 200.0), st.integers(4, 24), st.sampled_from([64, 128, 256]),
+       st.sampled_from([(2, 2), (2, 4), (4, 2), (3, 4)]), st.integers(1, 4),
+       st.integers(0, 2**31 - 1))
+def test_bound_below_every_plan_found(pooling: float, tables: int, dim: int,
+                                      shape: tuple[int, int], heavy: int, seed: int) -> None:
+    """Larger drawn instances of the same kind (up to 3 hosts of 4 GPUs, 28 tables): the
+    packing bound with the NIC floor, memory left out, under every plan a random descent
+    keeps (benchmarks/bound_falsify.py's descent)."""
+    problem = build_problem(resolve(_request(pooling, tables, dim, *shape, heavy=heavy)))
+    cands, _ = candidates_for(problem)
+    b = lower_bound(problem, cands)
+    known = max(b.average_s, b.owner_s, b.host_s, b.replica_s)
+    bound = packing_bound(problem, cands, known, memory=False)
+    assert bound <= min(descent(problem, cands, seed, 400)) * (1 + REL)
