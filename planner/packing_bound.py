@@ -34,6 +34,12 @@ Before the LP, each table's least-work candidate (then the memory-priced one) is
 that choice breaks no packing row, M stands without an LP, and only those candidates' pieces
 are read (the whole candidate set's only when an LP runs).
 
+On several hosts (planner/nic_floor.py), at each M the candidates whose heaviest piece's GPU
+cannot also carry its host's owner side are left out, and each piece's exposed seconds (its
+seconds less its inter-host seconds) over what a GPU has above that floor give the same
+functions' rows again. Leaving candidates out can break the average row for the least-work
+choice, so the screen then reads that row too before M may stand.
+
 Pipelined steps are not bounded here (a piece's compute side can be negative there): 0.
 None of this reads the plan.
 """
