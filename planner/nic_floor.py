@@ -90,6 +90,7 @@ class NicFloor:
         hw, model = problem.hw, problem.model
         self.active = hw.hosts > 1 and not model.pipelined
         self.room = 0.0  # excluded's last: a GPU's seconds above its floor
+        self.deficit = np.zeros(0)  # excluded's last: per class candidate, its owner wait
         if not self.active:
             return
         nic = hw.eff_nic_bw
@@ -135,8 +136,16 @@ class NicFloor:
         self.emax = np.zeros(n)
         self.heavy: list[tuple[int, np.ndarray]] = []  # per candidate: (group, P's inter s)
         self.negative = False
+        # The least exposed seconds any piece brings per inter-host second it sends (over
+        # every piece with some): a GPU's other pieces fill its owner deficit by at most
+        # their e / rho.
+        self.rho = np.inf
         for i, c in enumerate(flat):
             exposed = _exposed(c, nic)
+            for grp, e in zip(c.groups, exposed, strict=True):
+                sent = grp.inter.sum(axis=1) / nic
+                if (sent > 0).any():
+                    self.rho = min(self.rho, float((e[sent > 0] / sent[sent > 0]).min()))
             if c.scope is Scope.WORLD:
                 share[i] = sum(float(e.min()) for e in exposed)
                 per_host = [np.stack([(grp.comp + grp.comm).reshape(hosts, g).sum(axis=1)
@@ -223,6 +232,9 @@ class NicFloor:
         self.objective = np.zeros(self.n_cols)
         self.objective[x_cols] = share * _MS
         self.objective[u:u + 3] = _MS
+        # The owner side alone (no replicas' share): what a heavy piece's deficit reads.
+        self.owner_objective = np.zeros(self.n_cols)
+        self.owner_objective[u:u + 3] = _MS
         self.u = u
         r_idx = np.concatenate([np.full(len(c), i) for i, (c, _, _, _) in enumerate(rows)])
         self.matrix = sp.csr_matrix(
@@ -267,20 +279,23 @@ class NicFloor:
             hi_v[self.u:self.u + 3] = np.maximum(self.owner_max, inter_p)
         return lo_v, hi_v, self.row_lo, row_hi
 
-    def floor(self, m: float, usable: np.ndarray, forced: int | None = None) -> float:
+    def floor(self, m: float, usable: np.ndarray, forced: int | None = None,
+              owner_only: bool = False) -> float:
         """A proven lower bound (seconds) on the LP's optimum at makespan m over the usable
         class candidates, `forced` (a class candidate) chosen with its heaviest piece on h;
-        -inf where none is found."""
+        with `owner_only`, of the owner side alone (no replicas' share); -inf where none is
+        found."""
         lo_v, hi_v, row_lo, row_hi = self.lp_bounds(m, usable, forced)
+        objective = self.owner_objective if owner_only else self.objective
         lp = mb.ModelBuilder()
-        lp.helper.fill_model_from_sparse_data(lo_v, hi_v, self.objective, row_lo, row_hi,
+        lp.helper.fill_model_from_sparse_data(lo_v, hi_v, objective, row_lo, row_hi,
                                               self.matrix)
         solver = mb.ModelSolver("glop")
         solver.set_solver_specific_parameters(f"max_number_of_iterations: {_MAX_ITERATIONS}")
         if solver.solve(lp) != mb.SolveStatus.OPTIMAL:
             return -np.inf
         y = solver.dual_values(lp.get_linear_constraints()).to_numpy()
-        return max(_lagrangian(self.objective, self.matrix, row_lo, row_hi, lo_v, hi_v,
+        return max(_lagrangian(objective, self.matrix, row_lo, row_hi, lo_v, hi_v,
                                sign * y) for sign in (1.0, -1.0)) / _MS
 
     def excluded(self, m: float, usable: np.ndarray) -> np.ndarray:
@@ -299,6 +314,29 @@ class NicFloor:
             own = m - self.fixed - self.floor(m, usable & ~out, int(i))
             if self.emax[i] > own * (1 + _MARGIN):
                 out[i] = True
+        self.deficit = self._deficits(m, usable & ~out, room)
+        return out
+
+    def _deficits(self, m: float, usable: np.ndarray, room: float) -> np.ndarray:
+        """Per class candidate, the owner wait its heaviest piece P's GPU carries at least
+        in a plan of makespan <= m (0 for a piece of at most half the room, two of which may
+        share a GPU). With O the GPU's owner side (at least the owner-only floor O_f), its
+        other pieces' e at most m - F - e_P - O, and their inter-host seconds at most their
+        e / rho, the wait sum_k max(0, O_k - I_k) >= O - I_P - (m - F - e_P - O) / rho,
+        which rises with O. Two such pieces (each over half the room) never share a GPU, so
+        their waits add up over the cluster's loads."""
+        out = np.zeros(self.n)
+        heavy = usable & (self.emax > 0.5 * room * (1 + _MARGIN))
+        if not heavy.any() or not np.isfinite(room):
+            return out
+        owner = self.floor(m, usable, owner_only=True)
+        if not np.isfinite(owner) or owner <= 0:
+            return out
+        for i in np.flatnonzero(heavy):
+            sent = float(self.heavy[i][1].sum())
+            fill = (m - self.fixed - self.emax[i] - owner) / self.rho if self.rho > 0 else (
+                np.inf)
+            out[i] = max(0.0, owner - sent - max(fill, 0.0)) * (1 - _MARGIN)
         return out
 
     def flat_mask(self, class_mask: np.ndarray, cands: list[list[Candidate]]) -> np.ndarray:

@@ -270,11 +270,13 @@ class _Space:
         allowed = self.maxp <= cap
         ruled = np.zeros(len(allowed), dtype=bool)
         room = 0.0  # what each GPU has left above its NIC floor (0: no exposed rows)
+        wait = np.zeros(len(allowed))  # each candidate's heavy piece's least owner wait
         if self.nic is not None and self.nic.active:
             ruled = self.nic.flat_mask(
                 self.nic.excluded(m, self.nic.class_mask(allowed, self.cands)), self.cands)
             room = self.nic.room if np.isfinite(self.nic.room) else 0.0
-            if ruled.any():
+            wait = self.nic.flat_mask(self.nic.deficit, self.cands)
+            if ruled.any() or wait[allowed & ~ruled].any():
                 allowed &= ~ruled
                 self.nic_used.add(m)
         if len(np.unique(self.table[allowed])) < self.tables:
@@ -287,7 +289,8 @@ class _Space:
             pick = self._picked(key, allowed)
             # The average row (the identity) holds for the least-work choice at the bound
             # already proven, but not once candidates are ruled out: then it is read too.
-            over = bool(ruled.any()) and float(self.work[pick].sum()) > self.gpus * cap
+            over = bool(ruled.any() or wait.any()) and float(
+                (self.work[pick] + wait[pick]).sum()) > self.gpus * cap
             # Only the candidates with a piece of at least _SMALL of its bin add to a packing
             # row.
             pick = pick[(self.maxp[pick] >= _SMALL * cap) | (self.mem_share[pick] >= _SMALL)
@@ -312,8 +315,9 @@ class _Space:
         pieces, fixed_rows, _ = everything
         if pieces.negative:
             return False
-        a = np.vstack([pieces.time_rows(cap) / self.gpus, self._exposed(pieces, room),
-                       fixed_rows])[:, allowed]
+        timed = pieces.time_rows(cap)
+        timed[0] += wait / cap  # the average row: the heavy pieces' GPUs' owner waits too
+        a = np.vstack([timed / self.gpus, self._exposed(pieces, room), fixed_rows])[:, allowed]
         table = self.table[allowed]
         y = _duals(a, table, self.tables)
         if y is None:

@@ -174,14 +174,16 @@ def test_classes_of_identical_tables() -> None:
 def test_raises_the_bound_where_heavy_pieces_meet_the_owner_side() -> None:
     """hugectr_510 on 4 h100 hosts: 20 table-wise pieces of 13.4 ms of exposed work, whose
     GPUs also carry about 30 ms of owner side. The bound was 43.08 ms (the average work);
-    with the NIC floor the packing bound rules those pieces out up to about 44 ms. Our plan
-    stays above it, and the note says where it came from."""
+    with the NIC floor the packing bound rules those pieces out up to about 44.1 ms, and
+    above it counts the owner wait a GPU holding one keeps (its room for other pieces is
+    too small to fill its deficit): 44.61 ms, the split tables' average. Our plan stays
+    above it, and the note says where it came from."""
     req = {"model": json.loads(fixture_text("hugectr_510")),
            "hardware": {"preset": "h100", "hosts": 4}}
     problem = build_problem(resolve(req))
     cands, _ = candidates_for(problem)
     b = lower_bound(problem, cands)
-    assert b.value_s == b.packing_s and b.packing_s > 0.0439 and b.nic_floor
+    assert b.value_s == b.packing_s and b.packing_s > 0.0446 and b.nic_floor
     assert b.average_s < 0.04308
     p = plan(req)
     assert p.summary.step_time_s >= b.value_s
