@@ -31,6 +31,12 @@ GLOP's tolerances, by weak duality), so a candidate is ruled out only on a prove
 The floor without P (no candidate forced, u_k >= O_hk only) is one LP per M and holds for
 every candidate; P's own floor, higher, is solved for the few candidates nearest the edge.
 
+A heavy piece that fits (e_P over half the room, so no two share a GPU) still leaves its GPU
+waiting on the owner side: the GPU's other pieces have at most M - F - e_P - O of e, hence
+at most that over rho inter-host seconds (rho: the least e per inter-host second of any
+piece), too few to fill O - I_P. Each GPU's load is F + its work + its wait, so that wait
+(`deficit`, from the owner-only optimum of the same LP) adds to the cluster's average.
+
 Identical tables (same candidates, piece for piece) are one class in the LP, their choices
 summed: the LP over classes has the same optimum (any solution averages over a class's
 tables). Pipelined steps are left alone (their compute side can hide input all-to-all

@@ -37,8 +37,9 @@ are read (the whole candidate set's only when an LP runs).
 On several hosts (planner/nic_floor.py), at each M the candidates whose heaviest piece's GPU
 cannot also carry its host's owner side are left out, and each piece's exposed seconds (its
 seconds less its inter-host seconds) over what a GPU has above that floor give the same
-functions' rows again. Leaving candidates out can break the average row for the least-work
-choice, so the screen then reads that row too before M may stand.
+functions' rows again; a heavy piece's least owner wait (NicFloor.deficit) is added to the
+average row. Leaving candidates out or adding waits can break the average row for the
+least-work choice, so the screen then reads that row too before M may stand.
 
 Pipelined steps are not bounded here (a piece's compute side can be negative there): 0.
 None of this reads the plan.
