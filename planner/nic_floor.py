@@ -50,7 +50,7 @@ import scipy.sparse as sp
 from ortools.linear_solver.python import model_builder as mb
 
 from cost_models import fixed_floors
-from planner.candidates import Candidate, Scope
+from planner.candidates import Candidate, Group, Scope
 from planner.problem import Problem
 from planner.relaxation import cluster_caps
 
@@ -70,8 +70,14 @@ _MAX_ITERATIONS = 20_000
 _MARGIN = 1e-9
 
 
+def exposed_seconds(g: Group, nic_bw: float) -> np.ndarray:
+    """Each piece's exposed seconds: its work (comp + comm) less its inter-host seconds, the
+    part its NIC time does not cover."""
+    return g.comp + g.comm - g.inter.sum(axis=1) / nic_bw
+
+
 def _exposed(c: Candidate, nic_bw: float) -> list[np.ndarray]:
-    return [g.comp + g.comm - g.inter.sum(axis=1) / nic_bw for g in c.groups]
+    return [exposed_seconds(g, nic_bw) for g in c.groups]
 
 
 def _signature(cs: list[Candidate]) -> bytes:

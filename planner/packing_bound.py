@@ -51,7 +51,7 @@ from ortools.linear_solver.python import model_builder as mb
 
 from cost_models import fixed_floors
 from planner.candidates import Candidate, Group, Scope
-from planner.nic_floor import NicFloor
+from planner.nic_floor import NicFloor, exposed_seconds
 from planner.problem import Problem
 from planner.refutation_search import largest_refuted
 from planner.relaxation import cluster_caps
@@ -92,7 +92,7 @@ def _piece_array(c: Candidate, nic_bw: float | None) -> np.ndarray:
     def exposed(g: Group) -> np.ndarray:
         if nic_bw is None or c.scope is Scope.WORLD:
             return np.zeros(len(g))
-        return g.comp + g.comm - g.inter.sum(axis=1) / nic_bw
+        return exposed_seconds(g, nic_bw)
 
     return np.vstack([np.concatenate(parts) for parts in zip(
         *[(g.comp + g.comm, g.hbm, g.ddr, g.ssd, exposed(g)) for g in c.groups],

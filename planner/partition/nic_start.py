@@ -25,6 +25,7 @@ from ortools.linear_solver.python import model_builder as mb
 
 from cost_models import fixed_floors
 from planner.candidates import Candidate, Scope
+from planner.nic_floor import exposed_seconds
 from planner.packing_bound import dff_rows
 from planner.problem import Problem
 from planner.relaxation import cluster_caps
@@ -42,7 +43,7 @@ def _exposed(c: Candidate, nic_bw: float) -> np.ndarray:
     those sit on every GPU and are taken off the capacity instead)."""
     if c.scope is Scope.WORLD:
         return np.zeros(0)
-    return np.concatenate([g.comp + g.comm - g.inter.sum(axis=1) / nic_bw for g in c.groups])
+    return np.concatenate([exposed_seconds(g, nic_bw) for g in c.groups])
 
 
 def _rows(cands: list[Candidate], nic_bw: float, cap: float, gpus: int) -> np.ndarray:
