@@ -147,7 +147,7 @@ class NicFloor:
         share = np.zeros(n)  # the replicas' exposed seconds on one GPU (the least)
         self.emax = np.zeros(n)
         self.heavy: list[tuple[int, np.ndarray]] = []  # per candidate: (group, P's inter s)
-        self.negative = False
+        negative = False
         # The least exposed seconds any piece brings per inter-host second it sends (over
         # every piece with some): a GPU's other pieces fill its owner deficit by at most
         # their e / rho.
@@ -160,21 +160,21 @@ class NicFloor:
                     self.rho = min(self.rho, float((e[sent > 0] / sent[sent > 0]).min()))
             if c.scope is Scope.WORLD:
                 share[i] = sum(float(e.min()) for e in exposed)
-                per_host = [np.stack([(grp.comp + grp.comm).reshape(hosts, g).sum(axis=1)
-                                      for grp in c.groups]).sum(axis=0)]
+                per_host = sum((grp.comp + grp.comm).reshape(hosts, g).sum(axis=1)
+                               for grp in c.groups)
                 inter_h = sum(grp.inter.reshape(hosts, g, 3).sum(axis=1) for grp in c.groups)
                 owner_h = sum(b * grp.rate.reshape(hosts, g, 3).sum(axis=1)
                               for grp in c.groups)
                 inter_h, owner_h = inter_h / nic, owner_h / nic
-                hx_work[i] = per_host[0].min()
-                ox_work[i] = c.work - per_host[0].max()
+                hx_work[i] = per_host.min()
+                ox_work[i] = c.work - per_host.max()
                 hx_o[i] = owner_h.sum(axis=0) - owner_h.max(axis=0)
                 hx_i[i] = inter_h.max(axis=0)
                 ox_o[i] = (hosts - 2) * owner_h.sum(axis=0) + owner_h.min(axis=0)
                 ox_i[i] = inter_h.sum(axis=0) - inter_h.min(axis=0)
                 self.heavy.append((-1, np.zeros(3)))
                 continue
-            self.negative |= any(bool((e < 0).any()) for e in exposed)
+            negative |= any(bool((e < 0).any()) for e in exposed)
             owner_c = sum(b * grp.rate.sum(axis=0) for grp in c.groups) / nic
             hx_o[i] = owner_c
             ox_work[i] = c.work
@@ -184,7 +184,7 @@ class NicFloor:
             p = int(np.argmax(exposed[k]))
             self.emax[i] = float(exposed[k][p])
             self.heavy.append((k, c.groups[k].inter[p] / nic))
-        if self.negative:
+        if negative:
             # A piece whose work is less than its NIC seconds could lower its GPU's load
             # below the floor by sharing it: the argument needs e >= 0.
             self.active = False
@@ -194,12 +194,10 @@ class NicFloor:
         g_work = np.array([float((grp.comp + grp.comm).sum()) for _, grp in groups])
         g_inter = np.array([grp.inter.sum(axis=0) / nic for _, grp in groups]).reshape(-1, 3)
         g_owner = np.array([b * grp.rate.sum(axis=0) / nic for _, grp in groups]).reshape(-1, 3)
+        # Each candidate's first group column (groups are listed candidate by candidate).
         self.group_start = np.zeros(n, dtype=int)
-        seen: set[int] = set()
-        for j, i in enumerate(g_of):
-            if i not in seen:
-                seen.add(int(i))
-                self.group_start[i] = j
+        firsts, at = np.unique(g_of, return_index=True)
+        self.group_start[firsts] = at
         x_cols, z_cols = np.arange(n), n + np.arange(self.ng)
         s0, s1, u = n + self.ng, n + self.ng + 3, n + self.ng + 6
         self.n_cols = n + self.ng + 9
@@ -235,7 +233,6 @@ class NicFloor:
         for k in range(3):  # u_k >= O_hk
             row(np.concatenate([[u + k], x_cols, z_cols]),
                 np.concatenate([[1.0], -hx_o[:, k], g_owner[:, k]]), 0.0, np.inf)
-        owner = hx_o
         if memory:
             caps = cluster_caps(hw)
             mem = np.array([(c.hbm_total, c.ddr_total, c.ssd_total) for c in flat], dtype=float)
@@ -257,7 +254,6 @@ class NicFloor:
         self.row_lo = np.array([lo for _, _, lo, _ in rows]) * _MS
         self.row_hi = np.array([hi for _, _, _, hi in rows]) * _MS
         self.mult = mult
-        self.g_of = g_of
         # Bounds on the helper columns that every plan of makespan <= M meets (finite, so
         # that the Lagrangian is finite): a group's share of h at most its class's tables; a
         # host side's NIC deficit at most what its load row allows; u_k at most the owner
@@ -265,7 +261,7 @@ class NicFloor:
         self.z_hi = mult[self.flat_of_class[g_of]]
         self.owner_max = np.zeros(3)
         for k in range(len(reps)):
-            self.owner_max += mult[k] * owner[self.flat_of_class == k].max(axis=0)
+            self.owner_max += mult[k] * hx_o[self.flat_of_class == k].max(axis=0)
 
     def lp_bounds(self, m: float, usable: np.ndarray, forced: int | None = None
                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -312,10 +308,8 @@ class NicFloor:
 
     def excluded(self, m: float, usable: np.ndarray) -> np.ndarray:
         """Per class candidate (the flat order of the classes' first tables), whether no
-        plan of makespan <= m can use it; `usable` the class candidates still in play."""
-        out = np.zeros(self.n, dtype=bool)
-        if not self.active:
-            return out
+        plan of makespan <= m can use it; `usable` the class candidates still in play. Only
+        where `active`."""
         room = m - self.fixed - self.floor(m, usable, None)
         self.room = room  # what every GPU has left above its floor for its pieces' e
         out = usable & (self.emax > room * (1 + _MARGIN))
@@ -383,5 +377,4 @@ def _lagrangian(c: np.ndarray, a: sp.csr_matrix, row_lo: np.ndarray, row_hi: np.
         at_hi = np.where(reduced < 0, reduced * hi_v, np.nan)
     if np.isinf(at_hi[reduced < 0]).any() or np.isinf(at_lo[reduced >= 0]).any():
         return -np.inf
-    value = float(np.nansum(at_lo) + np.nansum(at_hi) + y @ np.where(y != 0, b, 0.0))
-    return value
+    return float(np.nansum(at_lo) + np.nansum(at_hi) + y @ b)

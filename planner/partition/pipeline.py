@@ -169,16 +169,19 @@ def best_start(problem: Problem, cands: list[list[Candidate]], bound: LowerBound
     hosts, on the least loaded host first (partition/state.py): spreading the largest pieces
     over the hosts cut hugectr_200 x 4 hosts from 36.29 to 35.36 ms and hugectr_510 x 2 from
     38.46 to 36.98, but made zionex_12t x 16 zionex_a100 hosts 16.6% worse, so both run.
-    Then _smaller_pieces, once, with the winner's spreading and fill."""
+    Then _smaller_pieces, once, with the winner's spreading and fill. The NIC-floor
+    relaxation's choice (partition/nic_start.py; several hosts only) is solved once for
+    both spreadings."""
     if problem.hw.hosts < 2:
-        return _starts(problem, cands, bound, False, policy)[0]
+        return _starts(problem, cands, bound, False, policy, None)[0]
+    nic = nic_packing_choice(problem, cands, bound.value_s)
     best: tuple[Assignment, float] | None
     try:
-        best = _starts(problem, cands, bound, False, policy)
+        best = _starts(problem, cands, bound, False, policy, nic)
     except InfeasibleError:
         best = None
     try:
-        spread = _starts(problem, cands, bound, True, policy)
+        spread = _starts(problem, cands, bound, True, policy, nic)
     except InfeasibleError:
         if best is None:
             raise
@@ -192,13 +195,15 @@ def best_start(problem: Problem, cands: list[list[Candidate]], bound: LowerBound
 
 
 def _starts(problem: Problem, cands: list[list[Candidate]], bound: LowerBound,
-            spread: bool, policy: SearchPolicy) -> tuple[Assignment, float]:
+            spread: bool, policy: SearchPolicy, nic: list[int] | None
+            ) -> tuple[Assignment, float]:
     """Local search from several deterministic starts, keep the best: the candidate-choosing
     greedy; on up to the policy's small_tables tables also a table-wise-only LPT (the
     ZionEX-style start, which wins on few, evenly sized tables) and, on several hosts, the
     greedy that scores the all-to-alls' owner side while it builds (better on some
     multi-host instances). Returns the best plan and the memory fill of the relaxation it
-    grew from (the first fill when it did not grow from one)."""
+    grew from (the first fill when it did not grow from one). `nic`: the NIC-floor
+    relaxation's choice, grown as the priced start's where given."""
     steps = policy.steps(len(cands))
     try:
         best = local_search(problem, cands,
@@ -206,7 +211,6 @@ def _starts(problem: Problem, cands: list[list[Candidate]], bound: LowerBound,
     except InfeasibleError:
         best = None
     best, fill = _priced_start(problem, cands, bound, steps, best, spread, policy)
-    nic = nic_packing_choice(problem, cands, bound.value_s)
     if nic is not None:
         grown = _grown(problem, cands, nic, steps, best, spread, (False, True),
                        fill=policy.relaxation_fills[0], note="the NIC-floor relaxation")
